@@ -1,0 +1,546 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNotLeader: this node is not the leader, so the command was not
+	// proposed. It is safe to send it to the leader.
+	ErrNotLeader = errors.New("not the raft leader")
+	// ErrLeadershipLost: the node lost leadership after proposing the
+	// command and before it was committed. The outcome is UNKNOWN: the
+	// entry may still be committed by the next leader. Every Cohort command
+	// is safe to retry (DESIGN §4), so callers retry on the new leader.
+	ErrLeadershipLost = errors.New("leadership lost while applying: outcome unknown")
+	// ErrShutdown: the node is shutting down or has shut down.
+	ErrShutdown = errors.New("raft node is shut down")
+)
+
+// Bolt open timeout: a second cohortd on the same data dir fails at once
+// with a clear error instead of waiting forever on bolt's file lock.
+const boltOpenTimeout = time.Second
+
+// Node is one Raft replica of the Cohort FSM.
+type Node struct {
+	cfg     Config
+	id      string
+	log     *slog.Logger
+	fsm     *fsm.FSM
+	adapter *fsmAdapter
+	metrics *metrics
+
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	peers     PeerClient
+	ownPeers  bool
+
+	// hadState records raft.HasExistingState at open: a node with state
+	// never bootstraps again.
+	hadState bool
+
+	notifyCh chan bool
+	subsMu   sync.Mutex
+	subs     map[*LeadershipSubscription]struct{}
+	isLeader bool // last value seen on notifyCh, under subsMu
+
+	// bg is cancelled by Shutdown; it bounds formation, registration and
+	// the leadership fan-out.
+	bg       context.Context
+	stopBG   context.CancelFunc
+	bgWG     sync.WaitGroup
+	regDone  chan struct{}
+	formDone chan struct{}
+	// raftStopped is closed once raft has shut down.
+	raftStopped chan struct{}
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+
+	now func() time.Time
+}
+
+// New opens (or creates) the node's data dir, starts Raft with f as its
+// state machine and starts formation and node registration in the
+// background. f must be fresh (fsm.New()): Raft restores it from the
+// latest snapshot and replays the log.
+func New(cfg Config, f *fsm.FSM) (*Node, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("raftnode config: %w", err)
+	}
+	if f == nil {
+		return nil, errors.New("raftnode: nil FSM")
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
+	}
+	id, err := loadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NodeID = id
+	n := &Node{
+		cfg:      cfg,
+		id:       id,
+		log:      cfg.Logger.With("node_id", id),
+		fsm:      f,
+		metrics:  newMetrics(),
+		peers:    cfg.Peers,
+		notifyCh: make(chan bool, 16),
+		subs:     map[*LeadershipSubscription]struct{}{},
+		regDone:  make(chan struct{}),
+		formDone: make(chan struct{}),
+		now:      time.Now,
+
+		raftStopped: make(chan struct{}),
+	}
+	if n.peers == nil {
+		n.peers = NewGRPCPeerClient()
+		n.ownPeers = true
+	}
+	if err := n.open(); err != nil {
+		n.closeResources()
+		return nil, err
+	}
+	n.bg, n.stopBG = context.WithCancel(context.Background())
+	n.bgWG.Add(3)
+	go n.fanOutLeadership()
+	go n.runFormation()
+	go n.runRegistration()
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	hlog := newHCLogAdapter(cfg.Logger.With("node_id", n.id), "raft")
+
+	dbPath := filepath.Join(cfg.DataDir, "raft", "raft.db")
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path: dbPath,
+		// As Vault does: no freelist sync (faster commits, the freelist is
+		// rebuilt on open) and the map freelist (fast with large free lists).
+		BoltOptions: &bbolt.Options{
+			Timeout:        boltOpenTimeout,
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("open raft log store %s (is another cohortd using this data dir?): %w", dbPath, err)
+	}
+	n.store = store
+
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 2, hlog.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store in %s: %w", cfg.DataDir, err)
+	}
+	snaps := &trackingSnapshotStore{SnapshotStore: fileSnaps}
+
+	var advertise net.Addr
+	if cfg.RaftAdvertise != "" {
+		advertise, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)
+		if err != nil {
+			return fmt.Errorf("resolve raft advertise address %q: %w", cfg.RaftAdvertise, err)
+		}
+	}
+	transport, err := raft.NewTCPTransportWithConfig(cfg.RaftBind, advertise, &raft.NetworkTransportConfig{
+		Logger:  hlog.Named("transport"),
+		MaxPool: DefaultTransportMaxPool,
+		Timeout: DefaultTransportTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("listen for raft on %s: %w", cfg.RaftBind, err)
+	}
+	n.transport = transport
+	n.cfg.RaftAdvertise = string(transport.LocalAddr())
+
+	n.hadState, err = raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return fmt.Errorf("check raft state in %s: %w", cfg.DataDir, err)
+	}
+
+	n.adapter = &fsmAdapter{f: n.fsm, snaps: snaps, metrics: n.metrics}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.id)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.NotifyCh = n.notifyCh
+	rc.Logger = hlog
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("raft config: %w", err)
+	}
+	r, err := raft.NewRaft(rc, n.adapter, store, store, snaps, transport)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.raft = r
+	n.log.Info("raft started", "raft_address", n.cfg.RaftAdvertise, "data_dir", cfg.DataDir,
+		"existing_state", n.hadState, "last_index", r.LastIndex())
+	return nil
+}
+
+// closeResources releases what open acquired; used on a failed New.
+func (n *Node) closeResources() {
+	if n.raft != nil {
+		_ = n.raft.Shutdown().Error()
+	}
+	if n.transport != nil {
+		_ = n.transport.Close()
+	}
+	if n.store != nil {
+		_ = n.store.Close()
+	}
+	if n.ownPeers {
+		_ = n.peers.Close()
+	}
+}
+
+// ID is the node's Raft server ID.
+func (n *Node) ID() string { return n.id }
+
+// RaftAddress is the address other nodes reach this node's Raft transport on.
+func (n *Node) RaftAddress() string { return n.cfg.RaftAdvertise }
+
+// GRPCAddress is the node's advertised gRPC address.
+func (n *Node) GRPCAddress() string { return n.cfg.GRPCAdvertise }
+
+// FSM is the node's state machine. Read it freely; change it only through Apply.
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// HadExistingState reports whether the node had Raft state when it opened
+// its data dir (and so did not bootstrap).
+func (n *Node) HadExistingState() bool { return n.hadState }
+
+// Collector returns the node's Prometheus collector.
+func (n *Node) Collector() *Collector { return newCollector(n) }
+
+// Apply proposes cmd through Raft and returns the FSM's result once the
+// entry is committed and applied on this node. It sets cmd.TimestampMs to
+// the leader's wall clock when it is 0 (it modifies cmd).
+//
+// Errors: ErrNotLeader (not proposed; send it to the leader),
+// ErrLeadershipLost (outcome unknown; retry on the new leader), ErrShutdown,
+// or the context's error (outcome unknown if the entry was already
+// proposed). A command the FSM refused is not an error here: it is the
+// result's Err.
+func (n *Node) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	start := time.Now()
+	if cmd.GetTimestampMs() == 0 {
+		cmd.TimestampMs = start.UnixMilli()
+	}
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("apply %T: %w", cmd.GetKind(), err)
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("apply %T: %w", cmd.GetKind(), context.DeadlineExceeded)
+	}
+
+	// raft's timeout only bounds enqueueing; waiting for the commit is
+	// bounded by ctx (or ApplyTimeout) here.
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	proposed := time.Now()
+	future := n.raft.Apply(data, timeout)
+	errCh := make(chan error, 1)
+	go func() { errCh <- future.Error() }()
+	select {
+	case err = <-errCh:
+	case <-wctx.Done():
+		n.metrics.applyErrors.WithLabelValues("timeout").Inc()
+		return nil, fmt.Errorf("apply %T: waiting for commit: %w (outcome unknown)", cmd.GetKind(), wctx.Err())
+	}
+	if err != nil {
+		return nil, n.applyError(cmd, err)
+	}
+	n.metrics.commitLatency.Observe(time.Since(proposed).Seconds())
+	res, ok := future.Response().(*fsm.ApplyResult)
+	if !ok {
+		return nil, fmt.Errorf("apply %T: unexpected FSM response %T", cmd.GetKind(), future.Response())
+	}
+	n.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	return res, nil
+}
+
+func (n *Node) applyError(cmd *fsmv1.Command, err error) error {
+	var reason string
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		reason = "not_leader"
+		_, id := n.raft.LeaderWithID()
+		err = fmt.Errorf("apply %T: %w (leader %q)", cmd.GetKind(), ErrNotLeader, id)
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before it entered the log: as safe as not-leader.
+		reason = "not_leader"
+		err = fmt.Errorf("apply %T: %w (leadership transfer in progress)", cmd.GetKind(), ErrNotLeader)
+	case errors.Is(err, raft.ErrLeadershipLost):
+		reason = "leadership_lost"
+		err = fmt.Errorf("apply %T: %w", cmd.GetKind(), ErrLeadershipLost)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		reason = "shutdown"
+		err = fmt.Errorf("apply %T: %w", cmd.GetKind(), ErrShutdown)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		reason = "timeout"
+		err = fmt.Errorf("apply %T: %w: %w", cmd.GetKind(), context.DeadlineExceeded, err)
+	default:
+		reason = "other"
+		err = fmt.Errorf("apply %T: %w", cmd.GetKind(), err)
+	}
+	n.metrics.applyErrors.WithLabelValues(reason).Inc()
+	return err
+}
+
+// IsLeader reports whether this node is the Raft leader right now (without
+// checking with a quorum: use VerifyLeader for that).
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the current leader's server ID and Raft address, or empty
+// strings when no leader is known.
+func (n *Node) Leader() (id, raftAddr string) {
+	addr, sid := n.raft.LeaderWithID()
+	return string(sid), string(addr)
+}
+
+// LeaderGRPCAddress returns the leader's gRPC address from the replicated
+// node registry ("" when no leader is known or it has not registered).
+func (n *Node) LeaderGRPCAddress() string {
+	id, _ := n.Leader()
+	if id == "" {
+		return ""
+	}
+	if id == n.id {
+		return n.cfg.GRPCAdvertise
+	}
+	for _, node := range n.fsm.Nodes() {
+		if node.ID == id {
+			return node.GRPCAddress
+		}
+	}
+	return ""
+}
+
+// State is the node's Raft state.
+func (n *Node) State() raft.RaftState { return n.raft.State() }
+
+// Term is the current Raft term.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
+// LastIndex is the index of the last entry in the node's log (or snapshot).
+func (n *Node) LastIndex() uint64 { return n.raft.LastIndex() }
+
+// CommitIndex is the highest index this node knows to be committed.
+func (n *Node) CommitIndex() uint64 { return n.raft.CommitIndex() }
+
+// AppliedIndex is the highest index Raft has handed to the FSM. It
+// includes entries the FSM never sees (no-ops, barriers, configuration
+// changes), so it is the index to compare with CommitIndex; the FSM's own
+// fsm.AppliedIndex counts only commands and restores.
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// Configuration returns the latest Raft configuration (possibly not yet
+// committed).
+func (n *Node) Configuration() (raft.Configuration, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raft.Configuration{}, fmt.Errorf("get raft configuration: %w", err)
+	}
+	return f.Configuration(), nil
+}
+
+func (n *Node) voterCount() int {
+	c, err := n.Configuration()
+	if err != nil {
+		return 0
+	}
+	v := 0
+	for _, s := range c.Servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
+}
+
+// Stats is a point-in-time summary of the node.
+type Stats struct {
+	ID            string
+	State         raft.RaftState
+	Term          uint64
+	LeaderID      string
+	LastIndex     uint64
+	CommitIndex   uint64
+	AppliedIndex  uint64
+	FSMApplied    uint64
+	Restores      uint64
+	LastSnapshot  uint64
+	FSM           fsm.Stats
+	Raw           map[string]string // raft.Stats()
+	HadState      bool
+	Registered    bool
+	FormationDone bool
+}
+
+// Stats returns a summary of the node's Raft replica and FSM.
+func (n *Node) Stats() Stats {
+	raw := n.raft.Stats()
+	leader, _ := n.Leader()
+	s := Stats{
+		ID: n.id, State: n.raft.State(), Term: n.raft.CurrentTerm(), LeaderID: leader,
+		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
+		FSMApplied: n.fsm.AppliedIndex(), Restores: n.adapter.restores.Load(), FSM: n.fsm.Stats(), Raw: raw,
+		HadState: n.hadState, Registered: isClosed(n.regDone), FormationDone: isClosed(n.formDone),
+	}
+	fmt.Sscan(raw["last_snapshot_index"], &s.LastSnapshot)
+	return s
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Ready reports whether the node can serve: a leader is known and the
+// node has applied everything it knows to be committed. reason says why
+// not.
+func (n *Node) Ready() (ok bool, reason string) {
+	if n.raft.State() == raft.Shutdown {
+		return false, "raft is shut down"
+	}
+	leader, _ := n.Leader()
+	if leader == "" {
+		return false, "no known raft leader"
+	}
+	commit := n.raft.CommitIndex()
+	if applied := n.raft.AppliedIndex(); applied < commit {
+		return false, fmt.Sprintf("applied index %d behind commit index %d", applied, commit)
+	}
+	return true, ""
+}
+
+// Barrier waits until every entry proposed before it is applied to this
+// node's FSM. Only the leader can issue it; a new leader calls it before
+// serving reads.
+func (n *Node) Barrier(ctx context.Context) error {
+	return n.waitFuture(ctx, "barrier", func(timeout time.Duration) raft.Future { return n.raft.Barrier(timeout) })
+}
+
+// VerifyLeader checks with a quorum that this node is still the leader.
+func (n *Node) VerifyLeader(ctx context.Context) error {
+	return n.waitFuture(ctx, "verify leader", func(time.Duration) raft.Future { return n.raft.VerifyLeader() })
+}
+
+// Snapshot asks raft to take a snapshot now (and compact the log).
+func (n *Node) Snapshot(ctx context.Context) error {
+	err := n.waitFuture(ctx, "snapshot", func(time.Duration) raft.Future { return n.raft.Snapshot() })
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil
+	}
+	return err
+}
+
+func (n *Node) waitFuture(ctx context.Context, what string, start func(timeout time.Duration) raft.Future) error {
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("%s: %w", what, context.DeadlineExceeded)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	f := start(timeout)
+	errCh := make(chan error, 1)
+	go func() { errCh <- f.Error() }()
+	select {
+	case err := <-errCh:
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, raft.ErrNotLeader):
+			return fmt.Errorf("%s: %w", what, ErrNotLeader)
+		case errors.Is(err, raft.ErrLeadershipLost):
+			return fmt.Errorf("%s: %w", what, ErrLeadershipLost)
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return fmt.Errorf("%s: %w", what, ErrShutdown)
+		default:
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	case <-wctx.Done():
+		return fmt.Errorf("%s: %w", what, wctx.Err())
+	}
+}
+
+// Shutdown stops the node: background work first, then, if it leads a
+// cluster with other voters, it hands leadership over (bounded by ctx) so
+// that the cluster does not wait an election timeout, then raft, the
+// transport and the log store. It is idempotent.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.stopBG()
+	var errs []error
+	if n.raft.State() == raft.Leader && n.voterCount() > 1 {
+		n.log.Info("transferring leadership before shutdown")
+		if err := n.waitFuture(ctx, "leadership transfer", func(time.Duration) raft.Future { return n.raft.LeadershipTransfer() }); err != nil {
+			// Not fatal: the others elect a leader after an election timeout.
+			n.log.Warn("leadership transfer before shutdown failed", "err", err)
+		} else {
+			id, _ := n.Leader()
+			n.log.Info("leadership transferred", "new_leader", id)
+		}
+	}
+	if err := n.raft.Shutdown().Error(); err != nil {
+		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
+	}
+	close(n.raftStopped)
+	n.bgWG.Wait()
+	if err := n.transport.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close raft transport: %w", err))
+	}
+	if err := n.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close raft log store: %w", err))
+	}
+	if n.ownPeers {
+		_ = n.peers.Close()
+	}
+	n.closeSubscriptions()
+	n.log.Info("raft node shut down")
+	return errors.Join(errs...)
+}
