@@ -267,8 +267,9 @@ func (s *State) markJoined(now int64, g *Group, id string) {
 }
 
 // replaceStatic swaps a static member's old ID for its new one (KIP-345):
-// in PreparingRebalance it joins the round; otherwise the generation goes on
-// without a rebalance and the member keeps its assignment.
+// in PreparingRebalance it joins the round; otherwise, with unchanged
+// metadata, the generation goes on without a rebalance and the member keeps
+// its assignment.
 func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyResult) *ApplyResult {
 	prev, _ := g.Member(old.ID)
 	m.Assignment, m.Joined, m.JoinSeq, m.JoinedAtMs = prev.Assignment, prev.Joined, prev.JoinSeq, prev.JoinedAtMs
@@ -276,6 +277,11 @@ func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyRes
 	g.insertMember(m)
 	if g.LeaderID == old.ID {
 		g.LeaderID = m.ID
+	}
+	if g.State != PreparingRebalance && !sameProtocols(prev, m) {
+		// The restarted instance subscribes differently: its old assignment
+		// no longer fits, so the group rebalances (as Kafka does).
+		s.prepareRebalance(now, g)
 	}
 	if g.State == PreparingRebalance {
 		s.markJoined(now, g, m.ID)

@@ -1,0 +1,282 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"pgregory.net/rapid"
+)
+
+// The universe random command sequences draw from: small, so that commands
+// collide on the same groups, members and partitions often.
+var (
+	propGroups    = []string{"g1", "g2"}
+	propMembers   = []string{"m1", "m2", "m3", "m4"}
+	propInstances = []string{"", "", "i1", "i2"}
+	propTopics    = []string{"t1", "t2", "t3"}
+	propProtocols = [][]string{{"range"}, {"range", "roundrobin"}, {"roundrobin"}}
+)
+
+// genCommand draws one command, mostly plausible given the current state
+// (current generations, real members, valid plans), sometimes not.
+func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
+	var s *State
+	f.Read(func(st *State) { s = st.clone() })
+	group := rapid.SampledFrom(propGroups).Draw(rt, "group")
+	g, exists := s.groups[group]
+	pick := func(label string) *Member {
+		if !exists || len(g.Members) == 0 {
+			return nil
+		}
+		return rapid.SampledFrom(g.Members).Draw(rt, label)
+	}
+	generation := func() int32 {
+		if exists && rapid.IntRange(0, 9).Draw(rt, "currentGen") > 1 {
+			return g.Generation
+		}
+		return int32(rapid.IntRange(-1, 4).Draw(rt, "gen"))
+	}
+	topicsOf := func() []string {
+		return rapid.SliceOfNDistinct(rapid.SampledFrom(propTopics), 0, 3, rapid.ID[string]).Draw(rt, "topics")
+	}
+	var k isKind
+	switch rapid.IntRange(0, 13).Draw(rt, "kind") {
+	case 0:
+		k = createTopic{rapid.SampledFrom(propTopics).Draw(rt, "topic"), int32(rapid.IntRange(0, 4).Draw(rt, "partitions"))}
+	case 1:
+		if rapid.Bool().Draw(rt, "delete") {
+			k = deleteTopic(rapid.SampledFrom(propTopics).Draw(rt, "topic"))
+		} else {
+			k = addPartitions{rapid.SampledFrom(propTopics).Draw(rt, "topic"), int32(rapid.IntRange(1, 6).Draw(rt, "partitions"))}
+		}
+	case 2, 3, 4:
+		j := join{group: group, topics: topicsOf(), protocols: rapid.SampledFrom(propProtocols).Draw(rt, "protocols"),
+			delayMs: int32(rapid.SampledFrom([]int{0, 0, 500}).Draw(rt, "delay")), rebalanceMs: 3000}
+		if m := pick("member"); m != nil && rapid.Bool().Draw(rt, "known") {
+			j.member, j.instance = m.ID, m.InstanceID
+			if rapid.IntRange(0, 3).Draw(rt, "sameMeta") > 0 {
+				j.topics, j.protocols = m.Topics, nil
+				for _, p := range m.Protocols {
+					j.protocols = append(j.protocols, p.Name)
+				}
+			}
+		} else {
+			j.member = rapid.SampledFrom(propMembers).Draw(rt, "member") + fmt.Sprint(now%3)
+			j.instance = rapid.SampledFrom(propInstances).Draw(rt, "instance")
+			j.newMember = rapid.IntRange(0, 9).Draw(rt, "new") > 0
+		}
+		k = j
+	case 5:
+		k = completeJoin{group, generation(), rapid.Bool().Draw(rt, "initialDelay")}
+	case 6, 7:
+		sc := syncCmd{group: group, generation: generation(), plan: plan{}}
+		if exists {
+			sc.member = g.LeaderID
+			if m := pick("syncer"); m != nil && rapid.IntRange(0, 4).Draw(rt, "byLeader") == 0 {
+				sc.member = m.ID
+			}
+			valid := rapid.IntRange(0, 4).Draw(rt, "validPlan") > 0
+			for _, t := range propTopics {
+				n := s.topics[t]
+				if !valid {
+					n = int32(rapid.IntRange(0, 3).Draw(rt, "n"))
+				}
+				for p := int32(0); p < n; p++ {
+					var subs []*Member
+					for _, m := range g.Members {
+						if !valid || m.Subscribes(t) {
+							subs = append(subs, m)
+						}
+					}
+					if len(subs) == 0 {
+						continue
+					}
+					m := rapid.SampledFrom(subs).Draw(rt, "owner")
+					if sc.plan[m.ID] == nil {
+						sc.plan[m.ID] = map[string][]int32{}
+					}
+					sc.plan[m.ID][t] = append(sc.plan[m.ID][t], p)
+				}
+			}
+		}
+		k = sc
+	case 8:
+		r := remove{group: group, reason: fsmv1.RemoveReason_REMOVE_REASON_SESSION_EXPIRED}
+		if m := pick("leaver"); m != nil {
+			r.members = append(r.members, m.ID)
+		}
+		if rapid.Bool().Draw(rt, "alsoUnknown") {
+			r.members = append(r.members, "zz")
+		}
+		k = r
+	case 9, 10, 11:
+		c := commit{group: group, topic: rapid.SampledFrom(propTopics).Draw(rt, "topic"), offset: int64(rapid.IntRange(-1, 100).Draw(rt, "offset"))}
+		c.partitions = rapid.SliceOfNDistinct(rapid.Int32Range(0, 4), 1, 3, rapid.ID[int32]).Draw(rt, "partitions")
+		if m := pick("committer"); m != nil && rapid.IntRange(0, 4).Draw(rt, "standalone") > 0 {
+			c.member, c.generation = m.ID, generation()
+			if len(m.Assignment.Topics) > 0 && rapid.Bool().Draw(rt, "owned") {
+				tp := rapid.SampledFrom(m.Assignment.Topics).Draw(rt, "ownedTopic")
+				c.topic, c.partitions = tp.Topic, tp.Partitions
+			}
+		} else {
+			c.generation = -1
+		}
+		k = c
+	case 12:
+		k = deleteGroups{group}
+	default:
+		k = expire(int64(rapid.IntRange(1, 5000).Draw(rt, "retention")))
+	}
+	return at(now, k)
+}
+
+// checkInvariants asserts what must hold after every command, given the
+// state before it (pre) and the result.
+func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *ApplyResult, preBytes, postBytes []byte) {
+	if res.Err != nil && !bytes.Equal(preBytes, postBytes) {
+		rt.Fatalf("refused command %v (%v) changed the state", cmd, res.Err)
+	}
+	members := 0
+	for id, g := range post.groups {
+		members += len(g.Members)
+		if old, ok := pre.groups[id]; ok && g.Generation < old.Generation {
+			rt.Fatalf("group %s generation went back from %d to %d after %v", id, old.Generation, g.Generation, cmd)
+		}
+		for i := 1; i < len(g.Members); i++ {
+			if g.Members[i-1].ID >= g.Members[i].ID {
+				rt.Fatalf("group %s members not sorted", id)
+			}
+		}
+		if (g.State == Stable || g.State == CompletingRebalance) && len(g.Members) > 0 {
+			if _, ok := g.Member(g.LeaderID); !ok {
+				rt.Fatalf("group %s in %s has leader %q who is not a member", id, g.State, g.LeaderID)
+			}
+		}
+		if g.State == Empty && len(g.Members) > 0 {
+			rt.Fatalf("group %s is Empty with %d members", id, len(g.Members))
+		}
+		if g.State != Stable {
+			continue
+		}
+		owner := map[string]string{}
+		for _, m := range g.Members {
+			for _, tp := range m.Assignment.Topics {
+				n, ok := post.topics[tp.Topic]
+				if !ok {
+					rt.Fatalf("stable group %s: member %s owns partitions of missing topic %s", id, m.ID, tp.Topic)
+				}
+				if !m.Subscribes(tp.Topic) {
+					rt.Fatalf("stable group %s: member %s owns %s without subscribing", id, m.ID, tp.Topic)
+				}
+				for _, p := range tp.Partitions {
+					key := fmt.Sprintf("%s/%d", tp.Topic, p)
+					if p < 0 || p >= n {
+						rt.Fatalf("stable group %s: %s owns %s beyond %d partitions", id, m.ID, key, n)
+					}
+					if prev, dup := owner[key]; dup {
+						rt.Fatalf("stable group %s: %s owned by %s and %s", id, key, prev, m.ID)
+					}
+					owner[key] = m.ID
+				}
+			}
+		}
+	}
+	if members != post.members {
+		rt.Fatalf("member counter %d, actual %d", post.members, members)
+	}
+	// Every stored offset came from its owner in the current generation, or
+	// from a standalone commit to a group without members.
+	if c := cmd.GetCommitOffsets(); c != nil && res.Err == nil {
+		g, existed := pre.groups[c.GetGroupId()]
+		for i, o := range c.GetOffsets() {
+			if res.Partitions[i].Err != nil {
+				continue
+			}
+			if c.GetMemberId() == "" {
+				if existed && len(g.Members) > 0 {
+					rt.Fatalf("standalone commit accepted for group %s with members", c.GetGroupId())
+				}
+				continue
+			}
+			m, ok := g.Member(c.GetMemberId())
+			if !existed || !ok || c.GetGeneration() != g.Generation || g.State == CompletingRebalance || !m.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
+				rt.Fatalf("commit of %s/%d by %s at generation %d accepted, but it was not the owner in the current generation", o.GetTopic(), o.GetPartition(), c.GetMemberId(), c.GetGeneration())
+			}
+		}
+	}
+}
+
+func snapshotOf(rt *rapid.T, f *FSM) []byte {
+	var buf bytes.Buffer
+	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+		rt.Fatalf("snapshot: %v", err)
+	}
+	return buf.Bytes()
+}
+
+func TestProperty_RandomCommandsKeepInvariants(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		f := New()
+		var log [][]byte
+		var results []*ApplyResult
+		now := int64(1000)
+		steps := rapid.IntRange(1, 120).Draw(rt, "steps")
+		cut := rapid.IntRange(0, steps).Draw(rt, "snapshotAt")
+		var cutSnap []byte
+		for i := 0; i < steps; i++ {
+			if i == cut {
+				cutSnap = snapshotOf(rt, f)
+			}
+			now += int64(rapid.IntRange(0, 2000).Draw(rt, "elapsed"))
+			cmd := genCommand(rt, f, now)
+			data, err := EncodeCommand(cmd)
+			if err != nil {
+				rt.Fatalf("encode: %v", err)
+			}
+			var pre *State
+			f.Read(func(s *State) { pre = s.clone() })
+			preBytes := snapshotOf(rt, f)
+			res := f.ApplyEntry(uint64(i+1), data)
+			var post *State
+			f.Read(func(s *State) { post = s.clone() })
+			checkInvariants(rt, pre, post, cmd, res, preBytes, snapshotOf(rt, f))
+			log = append(log, data)
+			results = append(results, res)
+		}
+		if cutSnap == nil {
+			cutSnap = snapshotOf(rt, f)
+		}
+		final := snapshotOf(rt, f)
+
+		// Two FSMs fed the same log hold byte-identical snapshots.
+		replay := New()
+		for i, data := range log {
+			replay.ApplyEntry(uint64(i+1), data)
+		}
+		if !bytes.Equal(final, snapshotOf(rt, replay)) {
+			rt.Fatalf("replaying the same log gave a different snapshot")
+		}
+
+		// Snapshot → restore → the same state and the same results.
+		restored := New()
+		if err := restored.Restore(bytes.NewReader(cutSnap)); err != nil {
+			rt.Fatalf("restore: %v", err)
+		}
+		for i := cut; i < len(log); i++ {
+			res := restored.ApplyEntry(uint64(i+1), log[i])
+			if CodeOf(res.Err) != CodeOf(results[i].Err) || res.JoinCompleted != results[i].JoinCompleted {
+				rt.Fatalf("entry %d after restore: %v completed=%v, originally %v completed=%v", i, res.Err, res.JoinCompleted, results[i].Err, results[i].JoinCompleted)
+			}
+			for j := range res.Partitions {
+				if CodeOf(res.Partitions[j].Err) != CodeOf(results[i].Partitions[j].Err) {
+					rt.Fatalf("entry %d partition %d after restore: %v, originally %v", i, j, res.Partitions[j].Err, results[i].Partitions[j].Err)
+				}
+			}
+		}
+		if !bytes.Equal(final, snapshotOf(rt, restored)) {
+			rt.Fatalf("restore then replay gave a different state")
+		}
+	})
+}
