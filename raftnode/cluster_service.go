@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -509,14 +509,21 @@ func (n *Node) waitFuture(ctx context.Context, what string, start func(timeout t
 // that the cluster does not wait an election timeout, then raft, the
 // transport and the log store. It is idempotent.
 func (n *Node) Shutdown(ctx context.Context) error {
-	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx, true) })
 	return n.shutdownErr
 }
 
-func (n *Node) shutdown(ctx context.Context) error {
+// kill stops the node like a crash would, as far as the cluster can tell:
+// no leadership transfer. Tests use it to exercise failover.
+func (n *Node) kill() error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(context.Background(), false) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 	n.stopBG()
 	var errs []error
-	if n.raft.State() == raft.Leader && n.voterCount() > 1 {
+	if transfer && n.raft.State() == raft.Leader && n.voterCount() > 1 {
 		n.log.Info("transferring leadership before shutdown")
 		if err := n.waitFuture(ctx, "leadership transfer", func(time.Duration) raft.Future { return n.raft.LeadershipTransfer() }); err != nil {
 			// Not fatal: the others elect a leader after an election timeout.
