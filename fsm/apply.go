@@ -3,6 +3,7 @@ package fsm
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/cohortlabs/cohort/offsets"
@@ -444,11 +445,7 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 // validatePlan checks a leader's plan and returns it in canonical form.
 func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[string]Assignment, *ProtocolError) {
 	out := make(map[string]Assignment, len(plan))
-	type tp struct {
-		topic string
-		p     int32
-	}
-	owner := map[tp]string{}
+	owners := map[string][]string{} // topic → partition → owning member
 	for _, ma := range plan {
 		m, ok := g.Member(ma.GetMemberId())
 		if !ok {
@@ -457,34 +454,54 @@ func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[stri
 		if _, dup := out[m.ID]; dup {
 			return nil, Errorf(CodeInvalidAssignment, "plan names member %q twice", m.ID)
 		}
-		byTopic := map[string][]int32{}
+		a := Assignment{UserData: slices.Clone(ma.GetAssignment().GetUserData())}
 		for _, t := range ma.GetAssignment().GetTopics() {
-			n, ok := s.topics[t.GetTopic()]
+			topic := t.GetTopic()
+			n, ok := s.topics[topic]
 			if !ok {
-				return nil, Errorf(CodeInvalidAssignment, "plan gives member %q topic %q, which does not exist", m.ID, t.GetTopic())
+				return nil, Errorf(CodeInvalidAssignment, "plan gives member %q topic %q, which does not exist", m.ID, topic)
 			}
-			if !m.Subscribes(t.GetTopic()) {
-				return nil, Errorf(CodeInvalidAssignment, "plan gives member %q topic %q, to which it does not subscribe", m.ID, t.GetTopic())
+			if !m.Subscribes(topic) {
+				return nil, Errorf(CodeInvalidAssignment, "plan gives member %q topic %q, to which it does not subscribe", m.ID, topic)
+			}
+			owner := owners[topic]
+			if owner == nil {
+				owner = make([]string, n)
+				owners[topic] = owner
 			}
 			for _, p := range t.GetPartitions() {
 				if p < 0 || p >= n {
-					return nil, Errorf(CodeInvalidAssignment, "plan gives member %q partition %s/%d; topic %q has partitions 0..%d", m.ID, t.GetTopic(), p, t.GetTopic(), n-1)
+					return nil, Errorf(CodeInvalidAssignment, "plan gives member %q partition %s/%d; topic %q has partitions 0..%d", m.ID, topic, p, topic, n-1)
 				}
-				k := tp{t.GetTopic(), p}
-				if prev, dup := owner[k]; dup {
-					return nil, Errorf(CodeInvalidAssignment, "plan gives partition %s/%d to both %q and %q", t.GetTopic(), p, prev, m.ID)
+				if prev := owner[p]; prev != "" {
+					return nil, Errorf(CodeInvalidAssignment, "plan gives partition %s/%d to both %q and %q", topic, p, prev, m.ID)
 				}
-				owner[k] = m.ID
-				byTopic[t.GetTopic()] = append(byTopic[t.GetTopic()], p)
+				owner[p] = m.ID
 			}
+			a.Topics = append(a.Topics, TopicPartitions{Topic: topic, Partitions: slices.Clone(t.GetPartitions())})
 		}
-		a := Assignment{UserData: slices.Clone(ma.GetAssignment().GetUserData())}
-		for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
-			a.Topics = append(a.Topics, TopicPartitions{Topic: topic, Partitions: slices.Sorted(slices.Values(byTopic[topic]))})
-		}
-		out[m.ID] = a
+		out[m.ID] = canonical(a)
 	}
 	return out, nil
+}
+
+// canonical sorts an assignment's topics and partitions and merges topics
+// named more than once.
+func canonical(a Assignment) Assignment {
+	slices.SortStableFunc(a.Topics, func(x, y TopicPartitions) int { return strings.Compare(x.Topic, y.Topic) })
+	merged := a.Topics[:0]
+	for _, tp := range a.Topics {
+		if n := len(merged); n > 0 && merged[n-1].Topic == tp.Topic {
+			merged[n-1].Partitions = append(merged[n-1].Partitions, tp.Partitions...)
+			continue
+		}
+		merged = append(merged, tp)
+	}
+	for i := range merged {
+		slices.Sort(merged[i].Partitions)
+	}
+	a.Topics = merged
+	return a
 }
 
 func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
