@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/fsm"
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 )

@@ -154,6 +154,7 @@ func (n *Node) runRegistration() {
 	for {
 		done, err := n.registerOnce(n.bg)
 		if done {
+			n.log.Info("node registered", "grpc_address", n.cfg.GRPCAdvertise, "raft_address", n.cfg.RaftAdvertise)
 			close(n.regDone)
 			return
 		}
@@ -180,7 +181,6 @@ func (n *Node) registered() bool {
 
 func (n *Node) registerOnce(ctx context.Context) (bool, error) {
 	if n.registered() {
-		n.log.Info("node registered", "grpc_address", n.cfg.GRPCAdvertise, "raft_address", n.cfg.RaftAdvertise)
 		return true, nil
 	}
 	leaderID, _ := n.Leader()

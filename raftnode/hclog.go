@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -74,7 +75,14 @@ func normaliseArgs(args []any) []any {
 		if !ok {
 			key = strings.TrimSpace(slog.AnyValue(args[i]).String())
 		}
-		out = append(out, key, args[i+1])
+		v := args[i+1]
+		// raft passes hclog.Fmt values for lazily formatted fields.
+		if f, ok := v.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				v = fmt.Sprintf(format, f[1:]...)
+			}
+		}
+		out = append(out, key, v)
 	}
 	return out
 }

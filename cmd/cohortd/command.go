@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// options are cohortd's flags.
+type options struct {
+	nodeID, dataDir                    string
+	raftAddr, raftAdvertise            string
+	grpcAddr, grpcAdvertise, httpAddr  string
+	bootstrap                          bool
+	bootstrapExpect                    int
+	join                               []string
+	heartbeat, election, lease, commit time.Duration
+	snapshotInterval                   time.Duration
+	snapshotThreshold, trailingLogs    uint64
+	maxAppendEntries                   int
+	shutdownTimeout                    time.Duration
+	logLevel, logFormat                string
+}
+
+const envPrefix = "COHORT_"
+
+func newRootCommand() *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:   "cohortd",
+		Short: "Cohort server: a Raft replica of the consumer-group coordinator",
+		Long: `cohortd runs one node of a Cohort cluster.
+
+Form a three-node cluster by starting three nodes with --bootstrap-expect 3
+and --join listing the nodes' gRPC addresses, or a single node with
+--bootstrap. A restarted node rejoins from its data dir and never bootstraps
+again. Every flag can also be set as COHORT_<FLAG> (dashes become
+underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags(), os.Getenv)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return run(ctx, o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.nodeID, "node-id", "", "Raft server ID; stored in the data dir on first start (generated when empty)")
+	f.StringVar(&o.dataDir, "data-dir", "./data", "directory for the node ID, the raft log and snapshots")
+	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7001", "address the Raft transport listens on")
+	f.StringVar(&o.raftAdvertise, "raft-advertise", "", "address other nodes reach the Raft transport on (default: --raft-addr)")
+	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9001", "address the gRPC server listens on")
+	f.StringVar(&o.grpcAdvertise, "grpc-advertise", "", "address other nodes and clients reach the gRPC server on (default: --grpc-addr)")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8001", "address of /healthz, /readyz and /metrics")
+	f.BoolVar(&o.bootstrap, "bootstrap", false, "bootstrap a one-node cluster if this node has no raft state")
+	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many nodes (this one included) are reachable through --join, none with raft state")
+	f.StringSliceVar(&o.join, "join", nil, "gRPC addresses of other nodes, comma-separated")
+	f.DurationVar(&o.heartbeat, "raft-heartbeat-timeout", raftnode.DefaultHeartbeatTimeout, "follower's wait for the leader before an election")
+	f.DurationVar(&o.election, "raft-election-timeout", raftnode.DefaultElectionTimeout, "candidate's wait for votes")
+	f.DurationVar(&o.lease, "raft-leader-lease-timeout", raftnode.DefaultLeaderLeaseTimeout, "leader steps down after this long without a quorum")
+	f.DurationVar(&o.commit, "raft-commit-timeout", raftnode.DefaultCommitTimeout, "leader's idle wait before sending the commit index")
+	f.DurationVar(&o.snapshotInterval, "raft-snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	f.Uint64Var(&o.snapshotThreshold, "raft-snapshot-threshold", raftnode.DefaultSnapshotThreshold, "new log entries that make a snapshot due")
+	f.Uint64Var(&o.trailingLogs, "raft-trailing-logs", raftnode.DefaultTrailingLogs, "log entries kept after a snapshot")
+	f.IntVar(&o.maxAppendEntries, "raft-max-append-entries", raftnode.DefaultMaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+// applyEnv sets every flag not given on the command line from its COHORT_*
+// variable, if set.
+func applyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		if fl.Changed || fl.Name == "help" {
+			return
+		}
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		if err := fs.Set(fl.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("environment %s=%q: %w", name, v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("log format %q: want text or json", format)
+	}
+}
+
+// advertised returns adv, or the listener's actual address when adv is
+// empty (which also resolves port 0).
+func advertised(adv string, lis net.Listener) string {
+	if adv != "" {
+		return adv
+	}
+	return lis.Addr().String()
+}
+
+func run(ctx context.Context, o options, logOut io.Writer) error {
+	log, err := newLogger(logOut, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	// Bind the client-facing ports before raft starts, so a port clash
+	// fails the start instead of leaving a half-running node.
+	grpcLis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("listen for gRPC on %s: %w", o.grpcAddr, err)
+	}
+	defer grpcLis.Close()
+	httpLis, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w", o.httpAddr, err)
+	}
+	defer httpLis.Close()
+
+	node, err := raftnode.New(raftnode.Config{
+		NodeID:             o.nodeID,
+		DataDir:            o.dataDir,
+		RaftBind:           o.raftAddr,
+		RaftAdvertise:      o.raftAdvertise,
+		GRPCAdvertise:      advertised(o.grpcAdvertise, grpcLis),
+		Bootstrap:          o.bootstrap,
+		BootstrapExpect:    o.bootstrapExpect,
+		Join:               o.join,
+		HeartbeatTimeout:   o.heartbeat,
+		ElectionTimeout:    o.election,
+		LeaderLeaseTimeout: o.lease,
+		CommitTimeout:      o.commit,
+		SnapshotInterval:   o.snapshotInterval,
+		SnapshotThreshold:  o.snapshotThreshold,
+		TrailingLogs:       o.trailingLogs,
+		MaxAppendEntries:   o.maxAppendEntries,
+		Logger:             log,
+	}, fsm.New())
+	if err != nil {
+		return err
+	}
+	log = log.With("node_id", node.ID())
+
+	healthSrv := health.NewServer()
+	grpcSrv := grpc.NewServer()
+	cohortv1.RegisterClusterServiceServer(grpcSrv, raftnode.NewClusterService(node))
+	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
+	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthSrv.SetServingStatus(cohortv1.ClusterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(node.Collector(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	httpSrv := &http.Server{Handler: httpHandler(node, reg), ReadHeaderTimeout: 5 * time.Second}
+
+	errCh := make(chan error, 2)
+	go func() {
+		if err := grpcSrv.Serve(grpcLis); err != nil {
+			errCh <- fmt.Errorf("gRPC server on %s: %w", grpcLis.Addr(), err)
+		}
+	}()
+	go func() {
+		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errCh <- fmt.Errorf("HTTP server on %s: %w", httpLis.Addr(), err)
+		}
+	}()
+	log.Info("cohortd started", "grpc_address", grpcLis.Addr().String(), "http_address", httpLis.Addr().String(),
+		"raft_address", node.RaftAddress(), "data_dir", o.dataDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "reason", context.Cause(ctx))
+	case runErr = <-errCh:
+		log.Error("server failed; shutting down", "err", runErr)
+	}
+
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	// Stop accepting: health checks fail first so balancers move away,
+	// then in-flight RPCs drain (bounded), then raft hands over leadership
+	// and stops.
+	healthSrv.Shutdown()
+	stopGRPC(sctx, grpcSrv)
+	if err := node.Shutdown(sctx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("stop HTTP server: %w", err))
+	}
+	if runErr == nil {
+		log.Info("cohortd stopped cleanly")
+	}
+	return runErr
+}
+
+// stopGRPC drains in-flight RPCs until ctx ends, then cuts them off.
+func stopGRPC(ctx context.Context, s *grpc.Server) {
+	done := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.Stop()
+		<-done
+	}
+}
+
+// readiness is what /readyz needs from the node.
+type readiness interface {
+	Ready() (bool, string)
+}
+
+func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	// /healthz: the process is alive and serving HTTP.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	// /readyz: a leader is known and this node's FSM has applied what it
+	// knows to be committed.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ok, reason := node.Ready(); !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready:", reason)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestFlags_CommandLineBeatsEnvironmentBeatsDefault(t *testing.T) {
+	env := map[string]string{
+		"COHORT_RAFT_ADDR":              "127.0.0.1:7100",
+		"COHORT_GRPC_ADDR":              "127.0.0.1:9100",
+		"COHORT_JOIN":                   "a:1,b:2",
+		"COHORT_RAFT_HEARTBEAT_TIMEOUT": "300ms",
+		"COHORT_BOOTSTRAP_EXPECT":       "3",
+	}
+	cmd := newRootCommand()
+	if err := cmd.Flags().Parse([]string{"--grpc-addr", "127.0.0.1:9200"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyEnv(cmd.Flags(), func(k string) string { return env[k] }); err != nil {
+		t.Fatalf("applyEnv: %v", err)
+	}
+	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	for flag, want := range map[string]string{
+		"raft-addr":              "127.0.0.1:7100", // environment
+		"grpc-addr":              "127.0.0.1:9200", // command line wins
+		"http-addr":              "127.0.0.1:8001", // default
+		"join":                   "[a:1,b:2]",
+		"raft-heartbeat-timeout": (300 * time.Millisecond).String(),
+		"bootstrap-expect":       "3",
+	} {
+		if got := get(flag); got != want {
+			t.Errorf("--%s = %q, want %q", flag, got, want)
+		}
+	}
+
+	bad := newRootCommand()
+	err := applyEnv(bad.Flags(), func(k string) string {
+		if k == "COHORT_BOOTSTRAP_EXPECT" {
+			return "three"
+		}
+		return ""
+	})
+	if err == nil || !strings.Contains(err.Error(), "COHORT_BOOTSTRAP_EXPECT") {
+		t.Fatalf("bad environment value: %v, want an error naming the variable", err)
+	}
+}
+
+type fakeReadiness struct {
+	ok     bool
+	reason string
+}
+
+func (f fakeReadiness) Ready() (bool, string) { return f.ok, f.reason }
+
+func TestHTTP_HealthAndReadiness(t *testing.T) {
+	tests := []struct {
+		path     string
+		ready    fakeReadiness
+		wantCode int
+		wantBody string
+	}{
+		{"/healthz", fakeReadiness{false, "no known raft leader"}, http.StatusOK, "ok"},
+		{"/readyz", fakeReadiness{true, ""}, http.StatusOK, "ready"},
+		{"/readyz", fakeReadiness{false, "no known raft leader"}, http.StatusServiceUnavailable, "not ready: no known raft leader"},
+		{"/metrics", fakeReadiness{}, http.StatusOK, ""},
+	}
+	for _, tt := range tests {
+		rec := httptest.NewRecorder()
+		httpHandler(tt.ready, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+		if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.wantBody) {
+			t.Errorf("GET %s (ready=%v): %d %q, want %d containing %q", tt.path, tt.ready.ok, rec.Code, rec.Body.String(), tt.wantCode, tt.wantBody)
+		}
+	}
+}
