@@ -1,0 +1,404 @@
+package coordinator
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// MemberIDRequiredError is MEMBER_ID_REQUIRED with the ID the member must
+// join again with (KIP-394).
+type MemberIDRequiredError struct {
+	*fsm.ProtocolError
+	MemberID string
+}
+
+func (e *MemberIDRequiredError) Unwrap() error { return e.ProtocolError }
+
+// JoinGroup joins or rejoins a member and waits at the join barrier.
+func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, clientHost string) (*cohortv1.JoinGroupResponse, error) {
+	start := e.cfg.Now()
+	if err := e.cfg.Limits.validateJoin(r); err != nil {
+		return nil, err
+	}
+	session := time.Duration(r.GetSessionTimeoutMs()) * time.Millisecond
+	if session < e.cfg.MinSessionTimeout || session > e.cfg.MaxSessionTimeout {
+		return nil, fsm.Errorf(fsm.CodeInvalidSessionTimeout, "session_timeout_ms %d is outside the configured [%d, %d]",
+			r.GetSessionTimeoutMs(), e.cfg.MinSessionTimeout.Milliseconds(), e.cfg.MaxSessionTimeout.Milliseconds())
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return nil, err
+	}
+	g, exists := e.fsm.Group(r.GetGroupId())
+	memberID, newMember := r.GetMemberId(), false
+	known := false
+	if exists {
+		_, known = g.Member(memberID)
+		if !known && len(g.Members) >= e.cfg.Limits.MaxMembersPerGroup {
+			if _, static := g.MemberByInstance(r.GetInstanceId()); !static {
+				return nil, fsm.Errorf(fsm.CodeGroupMaxSizeReached, "group %q has %d members, the configured maximum", g.ID, len(g.Members))
+			}
+		}
+		if len(g.Members) > 0 && g.ProtocolType != r.GetProtocolType() && !(known && len(g.Members) == 1) {
+			return nil, fsm.Errorf(fsm.CodeInconsistentGroupProtocol, "group %q uses protocol type %q, the request says %q", g.ID, g.ProtocolType, r.GetProtocolType())
+		}
+	}
+	switch {
+	case memberID == "" && r.GetInstanceId() != "":
+		// A static member needs no extra round trip: it gets a new ID and
+		// takes its old slot (KIP-345).
+		memberID, newMember = newMemberID(r.GetClientId()), true
+	case memberID == "":
+		memberID = newMemberID(r.GetClientId())
+		e.mu.Lock()
+		e.pending[memberKey{r.GetGroupId(), memberID}] = e.cfg.Now().Add(session)
+		e.mu.Unlock()
+		return nil, &MemberIDRequiredError{
+			ProtocolError: fsm.Errorf(fsm.CodeMemberIDRequired, "join again with member_id %q", memberID),
+			MemberID:      memberID,
+		}
+	case !known:
+		e.mu.Lock()
+		k := memberKey{r.GetGroupId(), memberID}
+		_, newMember = e.pending[k]
+		e.mu.Unlock()
+		if !newMember {
+			return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "member %q is not in group %q (nor a pending ID this leader handed out): join again without a member_id", memberID, r.GetGroupId())
+		}
+	}
+
+	spec := &fsmv1.MemberSpec{
+		MemberId: memberID, InstanceId: r.GetInstanceId(), ClientId: r.GetClientId(), ClientHost: clientHost,
+		SessionTimeoutMs: r.GetSessionTimeoutMs(), RebalanceTimeoutMs: r.GetRebalanceTimeoutMs(), Topics: r.GetTopics(),
+	}
+	for _, p := range r.GetProtocols() {
+		spec.Protocols = append(spec.Protocols, &fsmv1.Protocol{Name: p.GetName(), Metadata: p.GetMetadata()})
+	}
+	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_JoinMember{JoinMember: &fsmv1.JoinMember{
+		GroupId: r.GetGroupId(), ProtocolType: r.GetProtocolType(), Member: spec, NewMember: newMember,
+		InitialRebalanceDelayMs: int32(e.cfg.InitialRebalanceDelay.Milliseconds()),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	if newMember {
+		e.mu.Lock()
+		delete(e.pending, memberKey{r.GetGroupId(), r.GetMemberId()})
+		e.mu.Unlock()
+	}
+	g = res.Group
+	if g.State == fsm.PreparingRebalance {
+		if g, err = e.park(ctx, waitJoin, g.ID, memberID, g.Generation); err != nil {
+			return nil, err
+		}
+	} else {
+		e.mu.Lock()
+		e.touchSessionLocked(g.ID, memberID, g, e.cfg.Now())
+		e.mu.Unlock()
+	}
+	e.m.joinLatency.Observe(e.cfg.Now().Sub(start).Seconds())
+	return joinResponse(g, memberID, e.fsm), nil
+}
+
+// joinResponse is a member's answer for the group's current generation.
+func joinResponse(g *fsm.Group, memberID string, f *fsm.FSM) *cohortv1.JoinGroupResponse {
+	resp := &cohortv1.JoinGroupResponse{
+		Generation: g.Generation, Protocol: g.Protocol, LeaderId: g.LeaderID, MemberId: memberID,
+	}
+	if memberID != g.LeaderID {
+		return resp
+	}
+	var topics []string
+	for _, m := range g.Members {
+		resp.Members = append(resp.Members, &cohortv1.JoinGroupMember{
+			MemberId: m.ID, InstanceId: m.InstanceID, Metadata: m.ProtocolMetadata(g.Protocol), Topics: m.Topics,
+		})
+		topics = append(topics, m.Topics...)
+	}
+	slices.Sort(topics)
+	f.Read(func(s *fsm.State) {
+		for _, t := range slices.Compact(topics) {
+			if n, ok := s.Partitions(t); ok {
+				resp.Topics = append(resp.Topics, &cohortv1.TopicPartitionCount{Topic: t, Partitions: n})
+			}
+		}
+	})
+	return resp
+}
+
+// SyncGroup commits the group leader's plan or waits for it, and answers the
+// caller's assignment.
+func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*cohortv1.SyncGroupResponse, error) {
+	if err := e.cfg.Limits.validateSync(r); err != nil {
+		return nil, err
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return nil, err
+	}
+	g, err := e.checkMember(r.GetGroupId(), r.GetMemberId(), r.GetInstanceId(), r.GetGeneration())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case g.State == fsm.PreparingRebalance:
+		return nil, fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q is rebalancing: join again", g.ID)
+	case g.State == fsm.Stable:
+		// A retry: the plan is already committed.
+	case r.GetMemberId() == g.LeaderID:
+		cmd := &fsmv1.SyncAssignment{GroupId: g.ID, Generation: r.GetGeneration(), MemberId: r.GetMemberId()}
+		for _, a := range r.GetAssignments() {
+			cmd.Assignments = append(cmd.Assignments, &fsmv1.MemberAssignment{MemberId: a.GetMemberId(), Assignment: assignmentToFSM(a.GetAssignment())})
+		}
+		res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_SyncAssignment{SyncAssignment: cmd}})
+		if err != nil {
+			return nil, err
+		}
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		g = res.Group
+	default:
+		if g, err = e.park(ctx, waitSync, g.ID, r.GetMemberId(), r.GetGeneration()); err != nil {
+			return nil, err
+		}
+	}
+	m, ok := g.Member(r.GetMemberId())
+	if !ok {
+		return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "member %q is not in group %q", r.GetMemberId(), g.ID)
+	}
+	e.mu.Lock()
+	e.touchSessionLocked(g.ID, m.ID, g, e.cfg.Now())
+	e.mu.Unlock()
+	return &cohortv1.SyncGroupResponse{Assignment: assignmentToAPI(m.Assignment), Protocol: g.Protocol}, nil
+}
+
+// checkMember applies the common fencing of member RPCs against the FSM's
+// view: the group exists, the member is in it with the right instance, and
+// the generation is current.
+func (e *Engine) checkMember(groupID, memberID, instanceID string, generation int32) (*fsm.Group, error) {
+	g, ok := e.fsm.Group(groupID)
+	if !ok {
+		return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "group %q does not exist, so member %q is unknown", groupID, memberID)
+	}
+	if instanceID != "" {
+		if owner, ok := g.MemberByInstance(instanceID); ok && owner.ID != memberID {
+			return nil, fsm.Errorf(fsm.CodeFencedInstanceID, "instance %q belongs to member %q, not %q", instanceID, owner.ID, memberID)
+		}
+	}
+	m, ok := g.Member(memberID)
+	if !ok {
+		return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "member %q is not in group %q", memberID, groupID)
+	}
+	if instanceID != "" && m.InstanceID != instanceID {
+		return nil, fsm.Errorf(fsm.CodeFencedInstanceID, "member %q has instance_id %q, the request says %q", memberID, m.InstanceID, instanceID)
+	}
+	if generation != g.Generation {
+		return nil, fsm.Errorf(fsm.CodeIllegalGeneration, "group %q is at generation %d, the request names %d", groupID, g.Generation, generation)
+	}
+	return g, nil
+}
+
+// Heartbeat refreshes a member's session. It never writes to the log.
+func (e *Engine) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatRequest) error {
+	if err := e.cfg.Limits.validateMemberRef(r.GetGroupId(), r.GetMemberId(), r.GetInstanceId()); err != nil {
+		return err
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return err
+	}
+	e.m.heartbeats.Inc()
+	g, err := e.checkMember(r.GetGroupId(), r.GetMemberId(), r.GetInstanceId(), r.GetGeneration())
+	if err != nil {
+		return err
+	}
+	switch g.State {
+	case fsm.CompletingRebalance:
+		// Not refreshed: a leader that never syncs lets its group expire.
+		return fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q is waiting for generation %d's assignment: sync", g.ID, g.Generation)
+	case fsm.PreparingRebalance:
+		e.refresh(g, r.GetMemberId())
+		return fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q is rebalancing: join again", g.ID)
+	}
+	e.refresh(g, r.GetMemberId())
+	return nil
+}
+
+func (e *Engine) refresh(g *fsm.Group, member string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.serving {
+		e.touchSessionLocked(g.ID, member, g, e.cfg.Now())
+	}
+}
+
+// LeaveGroup removes members; each is answered on its own.
+func (e *Engine) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) (*cohortv1.LeaveGroupResponse, error) {
+	if err := e.cfg.Limits.checkGroupID(r.GetGroupId()); err != nil {
+		return nil, err
+	}
+	if len(r.GetMembers()) == 0 {
+		return nil, invalid("members is empty")
+	}
+	cmd := &fsmv1.RemoveMembers{GroupId: r.GetGroupId(), Reason: fsmv1.RemoveReason_REMOVE_REASON_LEAVE}
+	for i, m := range r.GetMembers() {
+		if err := e.cfg.Limits.validateMemberRef(r.GetGroupId(), m.GetMemberId(), m.GetInstanceId()); err != nil {
+			return nil, err
+		}
+		if m.GetMemberId() == "" && m.GetInstanceId() == "" {
+			return nil, invalid("members[%d] names neither member_id nor instance_id", i)
+		}
+		cmd.Members = append(cmd.Members, &fsmv1.MemberRef{MemberId: m.GetMemberId(), InstanceId: m.GetInstanceId()})
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return nil, err
+	}
+	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_RemoveMembers{RemoveMembers: cmd}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := &cohortv1.LeaveGroupResponse{}
+	for _, m := range res.Members {
+		code, msg := itemError(m.Err)
+		resp.Members = append(resp.Members, &cohortv1.LeaveMemberResult{MemberId: m.MemberID, InstanceId: m.InstanceID, Error: code, ErrorMessage: msg})
+	}
+	return resp, nil
+}
+
+// OffsetCommit commits offsets through Raft, fenced by the FSM.
+func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitRequest) (*cohortv1.OffsetCommitResponse, error) {
+	if err := e.cfg.Limits.validateCommit(r); err != nil {
+		return nil, err
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return nil, err
+	}
+	cmd := &fsmv1.CommitOffsets{GroupId: r.GetGroupId(), Generation: r.GetGeneration(), MemberId: r.GetMemberId(), InstanceId: r.GetInstanceId()}
+	for _, o := range r.GetOffsets() {
+		cmd.Offsets = append(cmd.Offsets, &fsmv1.OffsetCommit{Topic: o.GetTopic(), Partition: o.GetPartition(), Offset: o.GetOffset(), Metadata: o.GetMetadata()})
+	}
+	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: cmd}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		if fsm.CodeOf(res.Err) != fsm.CodeInvalidArgument {
+			e.m.fencedCommits.WithLabelValues(fsm.CodeOf(res.Err).String()).Inc()
+		}
+		return nil, res.Err
+	}
+	resp := &cohortv1.OffsetCommitResponse{}
+	for _, p := range res.Partitions {
+		code, msg := itemError(p.Err)
+		if p.Err != nil {
+			e.m.fencedCommits.WithLabelValues(fsm.CodeOf(p.Err).String()).Inc()
+		}
+		resp.Partitions = append(resp.Partitions, &cohortv1.OffsetCommitPartitionResult{Topic: p.Topic, Partition: p.Partition, Error: code, ErrorMessage: msg})
+	}
+	if r.GetMemberId() != "" && res.Group != nil {
+		e.refresh(res.Group, r.GetMemberId()) // a committing member is alive
+	}
+	return resp, nil
+}
+
+// DeleteGroups deletes empty groups with their offsets.
+func (e *Engine) DeleteGroups(ctx context.Context, r *cohortv1.DeleteGroupsRequest) (*cohortv1.DeleteGroupsResponse, error) {
+	if len(r.GetGroupIds()) == 0 {
+		return nil, invalid("group_ids is empty")
+	}
+	for _, id := range r.GetGroupIds() {
+		if err := e.cfg.Limits.checkGroupID(id); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return nil, err
+	}
+	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_DeleteGroups{DeleteGroups: &fsmv1.DeleteGroups{GroupIds: r.GetGroupIds()}}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := &cohortv1.DeleteGroupsResponse{}
+	for _, g := range res.Groups {
+		code, msg := itemError(g.Err)
+		resp.Groups = append(resp.Groups, &cohortv1.DeleteGroupResult{GroupId: g.GroupID, Error: code, ErrorMessage: msg})
+	}
+	return resp, nil
+}
+
+// CreateTopic, DeleteTopic and AddPartitions change topic metadata.
+func (e *Engine) CreateTopic(ctx context.Context, name string, partitions int32) error {
+	if err := e.cfg.Limits.validateTopic(name, partitions, true); err != nil {
+		return err
+	}
+	return e.proposeSimple(ctx, &fsmv1.Command{Kind: &fsmv1.Command_CreateTopic{CreateTopic: &fsmv1.CreateTopic{Name: name, Partitions: partitions}}})
+}
+
+func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
+	if err := e.cfg.Limits.validateTopic(name, 0, false); err != nil {
+		return err
+	}
+	return e.proposeSimple(ctx, &fsmv1.Command{Kind: &fsmv1.Command_DeleteTopic{DeleteTopic: &fsmv1.DeleteTopic{Name: name}}})
+}
+
+func (e *Engine) AddPartitions(ctx context.Context, name string, partitions int32) error {
+	if err := e.cfg.Limits.validateTopic(name, partitions, true); err != nil {
+		return err
+	}
+	return e.proposeSimple(ctx, &fsmv1.Command{Kind: &fsmv1.Command_AddPartitions{AddPartitions: &fsmv1.AddPartitions{Name: name, Partitions: partitions}}})
+}
+
+func (e *Engine) proposeSimple(ctx context.Context, cmd *fsmv1.Command) error {
+	if err := e.awaitServing(ctx); err != nil {
+		return err
+	}
+	res, err := e.propose(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+// itemError converts a per-item outcome to its wire form.
+func itemError(err error) (cohortv1.ErrorCode, string) {
+	if err == nil {
+		return cohortv1.ErrorCode_ERROR_CODE_NONE, ""
+	}
+	return ErrorCode(fsm.CodeOf(err)), err.Error()
+}
+
+// ErrorCode maps a protocol code to the API enum (same names).
+func ErrorCode(c fsm.Code) cohortv1.ErrorCode {
+	if v, ok := cohortv1.ErrorCode_value["ERROR_CODE_"+c.String()]; ok {
+		return cohortv1.ErrorCode(v)
+	}
+	return cohortv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT
+}
+
+func assignmentToFSM(a *cohortv1.Assignment) *fsmv1.Assignment {
+	out := &fsmv1.Assignment{UserData: a.GetUserData()}
+	for _, tp := range a.GetTopics() {
+		out.Topics = append(out.Topics, &fsmv1.TopicPartitions{Topic: tp.GetTopic(), Partitions: tp.GetPartitions()})
+	}
+	return out
+}
+
+func assignmentToAPI(a fsm.Assignment) *cohortv1.Assignment {
+	out := &cohortv1.Assignment{UserData: a.UserData}
+	for _, tp := range a.Topics {
+		out.Topics = append(out.Topics, &cohortv1.TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+// Package rpc is Cohort's gRPC surface: the GroupCoordinator and Topics
+// services over the leader's engine, forwarding from followers to the
+// leader, protocol errors as gRPC statuses with google.rpc.ErrorInfo, and
+// per-method metrics. It holds no protocol logic of its own: that is the
+// coordinator's and the FSM's.
+package rpc
+
+import (
+	"context"
+	"log/slog"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/cohortlabs/cohort/coordinator"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// GroupServer implements cohort.v1.GroupCoordinator over the engine.
+type GroupServer struct {
+	cohortv1.UnimplementedGroupCoordinatorServer
+	e *coordinator.Engine
+}
+
+// TopicsServer implements cohort.v1.Topics over the engine.
+type TopicsServer struct {
+	cohortv1.UnimplementedTopicsServer
+	e *coordinator.Engine
+}
+
+func (s *GroupServer) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest) (*cohortv1.JoinGroupResponse, error) {
+	resp, err := s.e.JoinGroup(ctx, r, ClientHost(ctx))
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*cohortv1.SyncGroupResponse, error) {
+	resp, err := s.e.SyncGroup(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatRequest) (*cohortv1.HeartbeatResponse, error) {
+	if err := s.e.Heartbeat(ctx, r); err != nil {
+		return nil, toStatus(err)
+	}
+	return &cohortv1.HeartbeatResponse{}, nil
+}
+
+func (s *GroupServer) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) (*cohortv1.LeaveGroupResponse, error) {
+	resp, err := s.e.LeaveGroup(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitRequest) (*cohortv1.OffsetCommitResponse, error) {
+	resp, err := s.e.OffsetCommit(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) OffsetFetch(ctx context.Context, r *cohortv1.OffsetFetchRequest) (*cohortv1.OffsetFetchResponse, error) {
+	resp, err := s.e.OffsetFetch(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) DescribeGroups(ctx context.Context, r *cohortv1.DescribeGroupsRequest) (*cohortv1.DescribeGroupsResponse, error) {
+	resp, err := s.e.DescribeGroups(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) (*cohortv1.ListGroupsResponse, error) {
+	resp, err := s.e.ListGroups(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *GroupServer) DeleteGroups(ctx context.Context, r *cohortv1.DeleteGroupsRequest) (*cohortv1.DeleteGroupsResponse, error) {
+	resp, err := s.e.DeleteGroups(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *TopicsServer) CreateTopic(ctx context.Context, r *cohortv1.CreateTopicRequest) (*cohortv1.CreateTopicResponse, error) {
+	if err := s.e.CreateTopic(ctx, r.GetName(), r.GetPartitions()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &cohortv1.CreateTopicResponse{}, nil
+}
+
+func (s *TopicsServer) ListTopics(ctx context.Context, r *cohortv1.ListTopicsRequest) (*cohortv1.ListTopicsResponse, error) {
+	resp, err := s.e.ListTopics(ctx, r.GetAllowStale())
+	return resp, toStatus(err)
+}
+
+func (s *TopicsServer) DeleteTopic(ctx context.Context, r *cohortv1.DeleteTopicRequest) (*cohortv1.DeleteTopicResponse, error) {
+	if err := s.e.DeleteTopic(ctx, r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &cohortv1.DeleteTopicResponse{}, nil
+}
+
+func (s *TopicsServer) AddPartitions(ctx context.Context, r *cohortv1.AddPartitionsRequest) (*cohortv1.AddPartitionsResponse, error) {
+	if err := s.e.AddPartitions(ctx, r.GetName(), r.GetPartitions()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &cohortv1.AddPartitionsResponse{}, nil
+}
+
+// Services are the services whose calls followers forward to the leader.
+var Services = []string{
+	cohortv1.GroupCoordinator_ServiceDesc.ServiceName,
+	cohortv1.Topics_ServiceDesc.ServiceName,
+}
+
+// Server bundles what cohortd needs to serve the group API.
+type Server struct {
+	Forwarder *Forwarder
+	Metrics   *grpcprom.ServerMetrics
+	engine    *coordinator.Engine
+}
+
+// NewServer prepares the group API over an engine; node tells who leads.
+func NewServer(e *coordinator.Engine, node Leadership, log *slog.Logger, dialOpts ...grpc.DialOption) *Server {
+	return &Server{
+		Forwarder: NewForwarder(node, Services, log, dialOpts...),
+		Metrics: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 18)),
+		)),
+		engine: e,
+	}
+}
+
+// ServerOptions are the interceptors to create the grpc.Server with:
+// metrics first (so they see forwarded calls too), then forwarding.
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Forwarder.UnaryInterceptor),
+	}
+}
+
+// Register adds the GroupCoordinator and Topics services to gs and
+// initialises per-method metrics.
+func (s *Server) Register(gs *grpc.Server) {
+	cohortv1.RegisterGroupCoordinatorServer(gs, &GroupServer{e: s.engine})
+	cohortv1.RegisterTopicsServer(gs, &TopicsServer{e: s.engine})
+	s.Metrics.InitializeMetrics(gs)
+}
+
+// Close releases the connections used for forwarding.
+func (s *Server) Close() { s.Forwarder.Close() }
