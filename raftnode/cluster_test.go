@@ -16,9 +16,12 @@ func Test_MultiNode_BootstrapExpect_FormsOneClusterThroughNodeInfo(t *testing.T)
 	c := newTestCluster(t, 3)
 	leader := c.leader()
 	for _, tn := range c.nodes {
-		if got := voters(t, tn.node); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
-			t.Fatalf("%s sees voters %v, want [n1 n2 n3]", tn.node.ID(), got)
-		}
+		// A follower may hear the leader's heartbeat before the entry that
+		// carries the configuration.
+		waitFor(t, 10*time.Second, tn.node.ID()+" sees three voters", func() (bool, string) {
+			got := voters(t, tn.node)
+			return slices.Equal(got, []string{"n1", "n2", "n3"}), fmt.Sprintf("voters %v", got)
+		})
 		if tn.node.HadExistingState() {
 			t.Fatalf("%s reports existing state on first start", tn.node.ID())
 		}

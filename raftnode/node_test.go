@@ -84,6 +84,12 @@ func Test_SingleNode_BootstrapsOnceAndRestartsWithoutBootstrap(t *testing.T) {
 		t.Fatalf("restart did not find raft state")
 	}
 	waitFor(t, 10*time.Second, "restarted single node leads", func() (bool, string) { return again.node.IsLeader(), again.node.State().String() })
+	// Leading comes before replaying the old log: the barrier waits for it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := again.node.Barrier(ctx); err != nil {
+		t.Fatalf("barrier after restart: %v", err)
+	}
 	if s := again.fsm.Stats(); s.Topics != 1 {
 		t.Fatalf("restarted FSM has %d topics, want 1", s.Topics)
 	}
