@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Defaults applied by Config for fields left zero.
+const (
+	DefaultProtocolType     = "consumer"
+	DefaultSessionTimeout   = 10 * time.Second
+	DefaultRebalanceTimeout = 30 * time.Second
+	DefaultRequestTimeout   = 5 * time.Second
+	DefaultRetryBackoffMin  = 50 * time.Millisecond
+	DefaultRetryBackoffMax  = 2 * time.Second
+)
+
+// DefaultProtocols are the assignors a member offers when Config.Protocols
+// is empty, in preference order.
+var DefaultProtocols = []string{"roundrobin", "range"}
+
+// TopicPartition names one partition of a topic.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// Config configures a Member. Zero fields take the documented default;
+// NewMember validates the result once.
+type Config struct {
+	// Endpoints are the gRPC addresses of Cohort nodes (host:port). Any node
+	// answers; the client moves to the leader the cluster names. Required.
+	Endpoints []string
+	// GroupID is the consumer group. Required.
+	GroupID string
+	// InstanceID makes the member static (KIP-345): a restart within the
+	// session timeout takes the old slot without a rebalance. Optional.
+	InstanceID string
+	// ClientID is reported in DescribeGroups. Optional.
+	ClientID string
+	// ProtocolType must be the same for every member of the group.
+	// Default "consumer".
+	ProtocolType string
+	// Topics the member subscribes to. Required.
+	Topics []string
+	// Protocols are assignor names in preference order. Default
+	// DefaultProtocols (roundrobin, range). Each must be known to the client.
+	Protocols []string
+
+	// SessionTimeout: the coordinator removes the member when no heartbeat
+	// arrives for this long. Default 10 s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout bounds how long the join barrier waits for this
+	// member. Default 30 s.
+	RebalanceTimeout time.Duration
+	// HeartbeatInterval is the time between heartbeats. Default
+	// SessionTimeout/3; must be below SessionTimeout.
+	HeartbeatInterval time.Duration
+
+	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
+	// (with jitter) between retries of a retryable failure. Defaults 50 ms
+	// and 2 s.
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
+	// RequestTimeout bounds one attempt of a request that does not wait at
+	// a barrier; JoinGroup and SyncGroup attempts get RebalanceTimeout on
+	// top. Default 5 s.
+	RequestTimeout time.Duration
+	// DialOptions are appended to the default (insecure transport
+	// credentials), so they may replace them.
+	DialOptions []grpc.DialOption
+	// Logger receives one structured line per event that matters to an
+	// operator. Default: discard.
+	Logger *slog.Logger
+
+	// LeaveStaticOnClose makes a static member send LeaveGroup on Close.
+	// By default a static member does not leave (KIP-345), so a restart
+	// within the session timeout causes no rebalance. Dynamic members
+	// always leave.
+	LeaveStaticOnClose bool
+
+	// OnAssigned is called after every successful sync with the
+	// generation and the member's partitions.
+	OnAssigned func(ctx context.Context, generation int32, assignment []TopicPartition)
+	// OnRevoked is called once for every OnAssigned, before the member
+	// rejoins (eager protocol) or stops, with the partitions it held. It is
+	// the last moment to commit offsets for them with that generation.
+	//
+	// Both callbacks run on the member's goroutine, in order, and delay
+	// heartbeats while they run: keep them well under SessionTimeout.
+	OnRevoked func(ctx context.Context, revoked []TopicPartition)
+}
+
+// withDefaults returns a copy of c with every zero field defaulted.
+func (c Config) withDefaults() Config {
+	if c.ProtocolType == "" {
+		c.ProtocolType = DefaultProtocolType
+	}
+	if len(c.Protocols) == 0 {
+		c.Protocols = append([]string(nil), DefaultProtocols...)
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.SessionTimeout / 3
+	}
+	if c.RetryBackoffMin == 0 {
+		c.RetryBackoffMin = DefaultRetryBackoffMin
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoffMin)
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks a defaulted Config.
+func (c Config) validate() error {
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("field Endpoints: at least one endpoint is required"))
+	}
+	for i, e := range c.Endpoints {
+		if e == "" {
+			errs = append(errs, fmt.Errorf("field Endpoints[%d]: empty address", i))
+		}
+	}
+	if c.GroupID == "" {
+		errs = append(errs, errors.New("field GroupID: required"))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("field Topics: at least one topic is required"))
+	}
+	for i, t := range c.Topics {
+		if t == "" {
+			errs = append(errs, fmt.Errorf("field Topics[%d]: empty topic name", i))
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Protocols {
+		if _, err := lookupAssignor(p); err != nil {
+			errs = append(errs, fmt.Errorf("field Protocols: %w", err))
+		}
+		if seen[p] {
+			errs = append(errs, fmt.Errorf("field Protocols: %q listed twice", p))
+		}
+		seen[p] = true
+	}
+	if c.SessionTimeout < 0 || c.SessionTimeout > maxTimeout {
+		errs = append(errs, fmt.Errorf("field SessionTimeout: %v out of range", c.SessionTimeout))
+	}
+	if c.RebalanceTimeout < 0 || c.RebalanceTimeout > maxTimeout {
+		errs = append(errs, fmt.Errorf("field RebalanceTimeout: %v out of range", c.RebalanceTimeout))
+	}
+	if c.SessionTimeout < time.Millisecond || c.RebalanceTimeout < time.Millisecond {
+		errs = append(errs, errors.New("field SessionTimeout and RebalanceTimeout: must be at least 1ms"))
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.SessionTimeout {
+		errs = append(errs, fmt.Errorf("field HeartbeatInterval: %v must be positive and below SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout))
+	}
+	if err := validateConnConfig(c.connConfig()); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cohort: invalid client config for group %q: %w", c.GroupID, err)
+	}
+	return nil
+}
+
+const maxTimeout = time.Duration(1<<31-1) * time.Millisecond
+
+func (c Config) connConfig() ConnConfig {
+	return ConnConfig{
+		Endpoints:       c.Endpoints,
+		DialOptions:     c.DialOptions,
+		RequestTimeout:  c.RequestTimeout,
+		RetryBackoffMin: c.RetryBackoffMin,
+		RetryBackoffMax: c.RetryBackoffMax,
+		Logger:          c.Logger,
+	}
+}
+
+// ConnConfig configures a Conn. Zero fields take the defaults documented on
+// Config.
+type ConnConfig struct {
+	Endpoints       []string
+	DialOptions     []grpc.DialOption
+	RequestTimeout  time.Duration
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
+	Logger          *slog.Logger
+}
+
+func (c ConnConfig) withDefaults() ConnConfig {
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RetryBackoffMin == 0 {
+		c.RetryBackoffMin = DefaultRetryBackoffMin
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoffMin)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func validateConnConfig(c ConnConfig) error {
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("field Endpoints: at least one endpoint is required"))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("field RequestTimeout: %v is negative", c.RequestTimeout))
+	}
+	if c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin {
+		errs = append(errs, fmt.Errorf("field RetryBackoffMin/Max: need 0 < min (%v) <= max (%v)", c.RetryBackoffMin, c.RetryBackoffMax))
+	}
+	return errors.Join(errs...)
+}

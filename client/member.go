@@ -1,0 +1,583 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// NoGeneration is Generation's value before the member's first join.
+const NoGeneration int32 = -1
+
+// Member is one member of a consumer group. Run drives its life; Commit,
+// Assignment, Generation and MemberID may be called from any goroutine.
+type Member struct {
+	cfg       Config
+	conn      *Conn
+	groups    cohortv1.GroupCoordinatorClient
+	log       *slog.Logger
+	backoff   backoff
+	assignors map[string]assignor
+	protocols []*cohortv1.ProtocolMetadata
+
+	// heartbeatNow asks the heartbeat loop to check the member's standing
+	// at once (a commit was refused as from a stale generation).
+	heartbeatNow chan struct{}
+	done         chan struct{}
+
+	mu         sync.Mutex
+	state      runState
+	cancel     context.CancelFunc
+	closeCtx   context.Context
+	memberID   string
+	generation int32
+	leaderID   string
+	protocol   string
+	assignment []TopicPartition
+	assigned   bool // OnAssigned called and OnRevoked not yet
+}
+
+type runState int
+
+const (
+	idle runState = iota
+	running
+	closing
+	stopped
+)
+
+// NewMember validates cfg, applies its defaults and returns a Member that
+// has not contacted the cluster yet.
+func NewMember(cfg Config) (*Member, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Topics = slices.Clone(cfg.Topics)
+	cfg.Protocols = slices.Clone(cfg.Protocols)
+	conn, err := Dial(cfg.connConfig())
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{
+		cfg:          cfg,
+		conn:         conn,
+		groups:       conn.Groups(),
+		log:          cfg.Logger.With("group", cfg.GroupID),
+		backoff:      newBackoff(cfg.RetryBackoffMin, cfg.RetryBackoffMax),
+		assignors:    map[string]assignor{},
+		heartbeatNow: make(chan struct{}, 1),
+		done:         make(chan struct{}),
+		generation:   NoGeneration,
+	}
+	if cfg.InstanceID != "" {
+		m.log = m.log.With("instance", cfg.InstanceID)
+	}
+	for _, name := range cfg.Protocols {
+		a, err := lookupAssignor(name)
+		if err != nil {
+			return nil, fmt.Errorf("cohort: group %q: %w", cfg.GroupID, err)
+		}
+		m.assignors[name] = a
+		m.protocols = append(m.protocols, &cohortv1.ProtocolMetadata{Name: name, Metadata: a.metadata(cfg.Topics)})
+	}
+	return m, nil
+}
+
+// Conn returns the member's connection, for admin calls (topics, offset
+// fetches, group descriptions) that share its endpoints and leader.
+func (m *Member) Conn() *Conn { return m.conn }
+
+// MemberID returns the member ID the coordinator gave ("" before that).
+func (m *Member) MemberID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.memberID
+}
+
+// Generation returns the generation of the member's last successful join
+// (NoGeneration before that).
+func (m *Member) Generation() int32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.generation
+}
+
+// Assignment returns the partitions the member holds, or nil while it holds
+// none (before the first sync, and between a revocation and the next sync).
+func (m *Member) Assignment() []TopicPartition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.assignment)
+}
+
+// IsLeader reports whether the member is the group leader of its current
+// generation.
+func (m *Member) IsLeader() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.memberID != "" && m.memberID == m.leaderID
+}
+
+// Run joins the group and keeps the member in it until ctx ends, Close is
+// called, or a fatal error occurs: FENCED_INSTANCE_ID (another instance
+// took over this static member), INCONSISTENT_GROUP_PROTOCOL,
+// INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, INVALID_ARGUMENT, or a
+// refusal the client cannot retry (e.g. PermissionDenied). Before it
+// returns it revokes the member's partitions (OnRevoked) and, for a dynamic
+// member or with LeaveStaticOnClose, leaves the group, then closes the
+// Conn. It returns nil after Close, the context's error when ctx ended, and
+// the fatal error otherwise. Run may be called once.
+func (m *Member) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.state != idle {
+		m.mu.Unlock()
+		if m.state == running {
+			return ErrAlreadyRunning
+		}
+		return ErrClosed
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.state, m.cancel = running, cancel
+	m.mu.Unlock()
+	defer close(m.done)
+
+	err := m.loop(runCtx)
+
+	m.mu.Lock()
+	closeCtx := m.closeCtx
+	closedByUser := m.state == closing
+	m.state = stopped
+	m.mu.Unlock()
+	if closeCtx == nil {
+		var stop context.CancelFunc
+		closeCtx, stop = context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RequestTimeout)
+		defer stop()
+	}
+	m.shutdown(closeCtx, !errors.Is(err, ErrFencedInstanceID))
+	if cerr := m.conn.Close(); cerr != nil {
+		m.log.Warn("cohort close connections", "err", cerr)
+	}
+	switch {
+	case closedByUser:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	m.log.Error("cohort member stopped", "member", m.MemberID(), "err", err)
+	return err
+}
+
+// Close stops Run, revokes the member's partitions, leaves the group
+// (dynamic members, or static ones with LeaveStaticOnClose) using ctx, and
+// waits for Run to return, at most until ctx ends. Closing a member that
+// never ran just closes its Conn.
+func (m *Member) Close(ctx context.Context) error {
+	m.mu.Lock()
+	switch m.state {
+	case idle:
+		m.state = stopped
+		m.mu.Unlock()
+		close(m.done)
+		return m.conn.Close()
+	case running:
+		m.state, m.closeCtx = closing, ctx
+		m.cancel()
+	}
+	m.mu.Unlock()
+	select {
+	case <-m.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("cohort: close member of group %q: %w", m.cfg.GroupID, ctx.Err())
+	}
+}
+
+// loop alternates joining (with sync) and heartbeating until a fatal error
+// or ctx ends.
+func (m *Member) loop(ctx context.Context) error {
+	for {
+		if err := m.joinAndSync(ctx); err != nil {
+			return err
+		}
+		if err := m.heartbeatUntilRebalance(ctx); err != nil {
+			return err
+		}
+		m.revoke(ctx)
+	}
+}
+
+// joinAndSync runs rebalance rounds until one ends with an assignment.
+func (m *Member) joinAndSync(ctx context.Context) error {
+	for failures := 0; ; {
+		retry := func() error {
+			if err := m.backoff.wait(ctx, failures); err != nil {
+				return err
+			}
+			failures++
+			return nil
+		}
+		resp, err := m.join(ctx)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, ErrUnknownMemberID):
+				// Our ID is gone (expired, or a pending ID the old leader
+				// handed out): start again as a new member.
+				m.log.Info("cohort member ID unknown, joining as new member", "member", m.MemberID())
+				m.setMemberID("")
+				continue
+			case fatal(err):
+				return err
+			}
+			m.log.Warn("cohort join failed, retrying", "err", err)
+			if err := retry(); err != nil {
+				return err
+			}
+			continue
+		}
+		gen := resp.GetGeneration()
+		m.log.Info("cohort joined group", "member", resp.GetMemberId(), "generation", gen,
+			"leader", resp.GetLeaderId(), "protocol", resp.GetProtocol())
+
+		var plan []*cohortv1.MemberAssignment
+		if resp.GetLeaderId() == resp.GetMemberId() {
+			if plan, err = m.plan(resp); err != nil {
+				// Cannot happen with a protocol every member offered; rejoin
+				// rather than stall the group.
+				m.log.Error("cohort compute assignment", "generation", gen, "err", err)
+				if err := retry(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		assignment, err := m.sync(ctx, gen, plan)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, ErrRebalanceInProgress), errors.Is(err, ErrIllegalGeneration):
+				m.log.Info("cohort sync refused, rejoining", "generation", gen, "reason", Reason(err))
+				continue
+			case errors.Is(err, ErrUnknownMemberID):
+				m.forgetMemberID()
+				continue
+			case fatal(err):
+				return err
+			}
+			// INVALID_ASSIGNMENT (topics changed under us) or a transient
+			// failure: rejoin after a pause, with fresh metadata.
+			m.log.Warn("cohort sync failed, rejoining", "generation", gen, "err", err)
+			if err := retry(); err != nil {
+				return err
+			}
+			continue
+		}
+		m.mu.Lock()
+		m.assignment = assignment
+		m.assigned = true
+		m.mu.Unlock()
+		m.log.Info("cohort assigned", "member", resp.GetMemberId(), "generation", gen, "partitions", len(assignment))
+		if m.cfg.OnAssigned != nil {
+			m.cfg.OnAssigned(ctx, gen, slices.Clone(assignment))
+		}
+		return nil
+	}
+}
+
+// join sends JoinGroup until it has an answer, taking the member ID a
+// MEMBER_ID_REQUIRED answer hands out.
+func (m *Member) join(ctx context.Context) (*cohortv1.JoinGroupResponse, error) {
+	for attempt := 0; ; attempt++ {
+		req := &cohortv1.JoinGroupRequest{
+			GroupId:            m.cfg.GroupID,
+			MemberId:           m.MemberID(),
+			InstanceId:         m.cfg.InstanceID,
+			ProtocolType:       m.cfg.ProtocolType,
+			Protocols:          m.protocols,
+			Topics:             m.cfg.Topics,
+			SessionTimeoutMs:   int32(m.cfg.SessionTimeout / time.Millisecond),
+			RebalanceTimeoutMs: int32(m.cfg.RebalanceTimeout / time.Millisecond),
+			ClientId:           m.cfg.ClientID,
+		}
+		resp, err := m.groups.JoinGroup(ctx, req, AttemptTimeout(m.cfg.RebalanceTimeout+m.cfg.RequestTimeout))
+		if err == nil {
+			m.mu.Lock()
+			m.memberID = resp.GetMemberId()
+			m.generation = resp.GetGeneration()
+			m.leaderID = resp.GetLeaderId()
+			m.protocol = resp.GetProtocol()
+			m.mu.Unlock()
+			return resp, nil
+		}
+		var perr *Error
+		if !errors.As(err, &perr) || perr.Reason != ErrMemberIDRequired.Reason {
+			return nil, fmt.Errorf("cohort: join group %q as %q: %w", m.cfg.GroupID, req.MemberId, err)
+		}
+		id := perr.Metadata["member_id"]
+		if id == "" {
+			return nil, fmt.Errorf("cohort: join group %q: MEMBER_ID_REQUIRED without a member_id: %w", m.cfg.GroupID, err)
+		}
+		m.log.Debug("cohort member ID assigned", "member", id)
+		m.setMemberID(id)
+		if attempt > 0 {
+			if err := m.backoff.wait(ctx, attempt-1); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// plan computes the group leader's assignment for every member.
+func (m *Member) plan(resp *cohortv1.JoinGroupResponse) ([]*cohortv1.MemberAssignment, error) {
+	a, ok := m.assignors[resp.GetProtocol()]
+	if !ok {
+		return nil, fmt.Errorf("coordinator chose protocol %q, which this member did not offer", resp.GetProtocol())
+	}
+	members := make([]subscription, 0, len(resp.GetMembers()))
+	for _, jm := range resp.GetMembers() {
+		members = append(members, subscription{
+			MemberID: jm.GetMemberId(), InstanceID: jm.GetInstanceId(),
+			Topics: jm.GetTopics(), Metadata: jm.GetMetadata(),
+		})
+	}
+	partitions := make(map[string]int32, len(resp.GetTopics()))
+	for _, t := range resp.GetTopics() {
+		partitions[t.GetTopic()] = t.GetPartitions()
+	}
+	byMember, err := a.assign(members, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("assignor %q: %w", resp.GetProtocol(), err)
+	}
+	ids := make([]string, 0, len(byMember))
+	for id := range byMember {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	plan := make([]*cohortv1.MemberAssignment, 0, len(ids))
+	for _, id := range ids {
+		plan = append(plan, &cohortv1.MemberAssignment{MemberId: id, Assignment: toProto(byMember[id])})
+	}
+	return plan, nil
+}
+
+// sync sends SyncGroup for generation gen and returns the member's share.
+func (m *Member) sync(ctx context.Context, gen int32, plan []*cohortv1.MemberAssignment) ([]TopicPartition, error) {
+	req := &cohortv1.SyncGroupRequest{
+		GroupId:     m.cfg.GroupID,
+		Generation:  gen,
+		MemberId:    m.MemberID(),
+		InstanceId:  m.cfg.InstanceID,
+		Assignments: plan,
+	}
+	resp, err := m.groups.SyncGroup(ctx, req, AttemptTimeout(m.cfg.RebalanceTimeout+m.cfg.RequestTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("cohort: sync group %q generation %d as %q: %w", m.cfg.GroupID, gen, req.MemberId, err)
+	}
+	return fromProto(resp.GetAssignment()), nil
+}
+
+// heartbeatUntilRebalance heartbeats every HeartbeatInterval and returns
+// nil when the member must rejoin, or a fatal error.
+func (m *Member) heartbeatUntilRebalance(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-m.heartbeatNow:
+		}
+		m.mu.Lock()
+		req := &cohortv1.HeartbeatRequest{
+			GroupId: m.cfg.GroupID, Generation: m.generation,
+			MemberId: m.memberID, InstanceId: m.cfg.InstanceID,
+		}
+		m.mu.Unlock()
+		_, err := m.groups.Heartbeat(ctx, req)
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrRebalanceInProgress), errors.Is(err, ErrIllegalGeneration):
+			m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
+			return nil
+		case errors.Is(err, ErrUnknownMemberID):
+			m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
+			m.forgetMemberID()
+			return nil
+		case fatal(err):
+			return fmt.Errorf("cohort: heartbeat group %q generation %d as %q: %w", m.cfg.GroupID, req.Generation, req.MemberId, err)
+		}
+		m.log.Warn("cohort heartbeat failed", "member", req.MemberId, "generation", req.Generation, "err", err)
+	}
+}
+
+// revoke calls OnRevoked for the partitions handed out by the last sync.
+func (m *Member) revoke(ctx context.Context) {
+	m.mu.Lock()
+	was, revoked := m.assigned, m.assignment
+	m.assigned, m.assignment = false, nil
+	m.mu.Unlock()
+	if was && m.cfg.OnRevoked != nil {
+		m.cfg.OnRevoked(ctx, revoked)
+	}
+}
+
+// shutdown revokes and, when the member should, leaves the group.
+func (m *Member) shutdown(ctx context.Context, leave bool) {
+	m.revoke(ctx)
+	id := m.MemberID()
+	if !leave || id == "" || (m.cfg.InstanceID != "" && !m.cfg.LeaveStaticOnClose) {
+		return
+	}
+	resp, err := m.groups.LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{
+		GroupId: m.cfg.GroupID,
+		Members: []*cohortv1.LeaveMember{{MemberId: id, InstanceId: m.cfg.InstanceID}},
+	})
+	if err == nil {
+		for _, r := range resp.GetMembers() {
+			err = errors.Join(err, fromCode(r.GetError(), r.GetErrorMessage()))
+		}
+	}
+	if err != nil {
+		m.log.Warn("cohort leave group", "member", id, "err", err)
+		return
+	}
+	m.log.Info("cohort left group", "member", id)
+}
+
+// PartitionOffset is one offset to commit.
+type PartitionOffset struct {
+	TopicPartition
+	Offset   int64
+	Metadata string
+}
+
+// Commit commits offsets with the member's current generation and member
+// ID. A request refused as a whole returns an *Error (test with errors.Is:
+// ErrRebalanceInProgress, ErrIllegalGeneration, ErrUnknownMemberID, ...);
+// if only some partitions are refused (NOT_OWNER, UNKNOWN_TOPIC_OR_PARTITION,
+// ...) it returns a *CommitError and the others were stored. NOT_LEADER and
+// Unavailable are retried unchanged until ctx ends. A refusal that means the
+// member is out of date makes it heartbeat at once, so it rejoins promptly.
+func (m *Member) Commit(ctx context.Context, offsets []PartitionOffset) error {
+	m.mu.Lock()
+	gen, id, state := m.generation, m.memberID, m.state
+	m.mu.Unlock()
+	if state == stopped {
+		return ErrClosed
+	}
+	if id == "" || gen == NoGeneration {
+		return ErrNotJoined
+	}
+	req := &cohortv1.OffsetCommitRequest{
+		GroupId: m.cfg.GroupID, Generation: gen, MemberId: id, InstanceId: m.cfg.InstanceID,
+		Offsets: make([]*cohortv1.OffsetCommitPartition, 0, len(offsets)),
+	}
+	for _, o := range offsets {
+		req.Offsets = append(req.Offsets, &cohortv1.OffsetCommitPartition{
+			Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata,
+		})
+	}
+	resp, err := m.groups.OffsetCommit(ctx, req)
+	if err != nil {
+		if errors.Is(err, ErrRebalanceInProgress) || errors.Is(err, ErrIllegalGeneration) || errors.Is(err, ErrUnknownMemberID) {
+			select {
+			case m.heartbeatNow <- struct{}{}:
+			default:
+			}
+		}
+		return fmt.Errorf("cohort: commit %d offset(s) to group %q generation %d as %q: %w", len(offsets), m.cfg.GroupID, gen, id, err)
+	}
+	var cerr *CommitError
+	for _, p := range resp.GetPartitions() {
+		if perr := fromCode(p.GetError(), p.GetErrorMessage()); perr != nil {
+			if cerr == nil {
+				cerr = &CommitError{Group: m.cfg.GroupID, Generation: gen, Partitions: map[TopicPartition]error{}}
+			}
+			cerr.Partitions[TopicPartition{p.GetTopic(), p.GetPartition()}] = perr
+		}
+	}
+	if cerr != nil {
+		return cerr
+	}
+	return nil
+}
+
+func (m *Member) setMemberID(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.memberID = id
+}
+
+// forgetMemberID drops a dynamic member's ID after UNKNOWN_MEMBER_ID; a
+// static member keeps it, since its instance ID lets the coordinator place
+// it (and if the coordinator refuses the ID on join, join starts afresh).
+func (m *Member) forgetMemberID() {
+	if m.cfg.InstanceID == "" {
+		m.setMemberID("")
+	}
+}
+
+// fatal reports whether err ends the member: retrying cannot help.
+func fatal(err error) bool {
+	if r := Reason(err); r != "" {
+		switch r {
+		case ErrFencedInstanceID.Reason, ErrInconsistentGroupProtocol.Reason, ErrInvalidSessionTimeout.Reason,
+			ErrGroupMaxSizeReached.Reason, ErrInvalidArgument.Reason:
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, ErrClosed) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.Unimplemented, codes.Unauthenticated, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.OutOfRange:
+		return true
+	}
+	return false
+}
+
+func toProto(tps []TopicPartition) *cohortv1.Assignment {
+	a := &cohortv1.Assignment{}
+	var cur *cohortv1.TopicPartitions
+	sorted := slices.Clone(tps)
+	sortTopicPartitions(sorted)
+	for _, tp := range sorted {
+		if cur == nil || cur.Topic != tp.Topic {
+			cur = &cohortv1.TopicPartitions{Topic: tp.Topic}
+			a.Topics = append(a.Topics, cur)
+		}
+		cur.Partitions = append(cur.Partitions, tp.Partition)
+	}
+	return a
+}
+
+func fromProto(a *cohortv1.Assignment) []TopicPartition {
+	tps := []TopicPartition{}
+	for _, t := range a.GetTopics() {
+		for _, p := range t.GetPartitions() {
+			tps = append(tps, TopicPartition{t.GetTopic(), p})
+		}
+	}
+	sortTopicPartitions(tps)
+	return tps
+}
