@@ -14,33 +14,32 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cohortlabs/cohort/fsm"
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/cohortlabs/cohort/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // options are cohortd's flags.
 type options struct {
-	nodeID, dataDir                    string
-	raftAddr, raftAdvertise            string
-	grpcAddr, grpcAdvertise, httpAddr  string
-	bootstrap                          bool
-	bootstrapExpect                    int
-	join                               []string
-	heartbeat, election, lease, commit time.Duration
-	snapshotInterval                   time.Duration
-	snapshotThreshold, trailingLogs    uint64
-	maxAppendEntries                   int
-	shutdownTimeout                    time.Duration
-	logLevel, logFormat                string
+	nodeID, dataDir                      string
+	raftAddr, raftAdvertise              string
+	grpcAddr, grpcAdvertise, httpAddr    string
+	bootstrap                            bool
+	bootstrapExpect                      int
+	join                                 []string
+	heartbeat, election, lease, commit   time.Duration
+	snapshotInterval                     time.Duration
+	snapshotThreshold, trailingLogs      uint64
+	maxAppendEntries                     int
+	shutdownTimeout                      time.Duration
+	initialDelay, minSession, maxSession time.Duration
+	maxGroupSize                         int
+	logLevel, logFormat                  string
 }
 
 const envPrefix = "COHORT_"
@@ -88,6 +87,10 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.Uint64Var(&o.trailingLogs, "raft-trailing-logs", raftnode.DefaultTrailingLogs, "log entries kept after a snapshot")
 	f.IntVar(&o.maxAppendEntries, "raft-max-append-entries", raftnode.DefaultMaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
+	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", coordinator.DefaultInitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
+	f.DurationVar(&o.minSession, "min-session-timeout", coordinator.DefaultMinSessionTimeout, "smallest session timeout a member may ask for")
+	f.DurationVar(&o.maxSession, "max-session-timeout", coordinator.DefaultMaxSessionTimeout, "largest session timeout a member may ask for")
+	f.IntVar(&o.maxGroupSize, "max-group-size", coordinator.DefaultLimits.MaxMembersPerGroup, "members a group may have")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -156,55 +159,54 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	}
 	defer httpLis.Close()
 
-	node, err := raftnode.New(raftnode.Config{
-		NodeID:             o.nodeID,
-		DataDir:            o.dataDir,
-		RaftBind:           o.raftAddr,
-		RaftAdvertise:      o.raftAdvertise,
-		GRPCAdvertise:      advertised(o.grpcAdvertise, grpcLis),
-		Bootstrap:          o.bootstrap,
-		BootstrapExpect:    o.bootstrapExpect,
-		Join:               o.join,
-		HeartbeatTimeout:   o.heartbeat,
-		ElectionTimeout:    o.election,
-		LeaderLeaseTimeout: o.lease,
-		CommitTimeout:      o.commit,
-		SnapshotInterval:   o.snapshotInterval,
-		SnapshotThreshold:  o.snapshotThreshold,
-		TrailingLogs:       o.trailingLogs,
-		MaxAppendEntries:   o.maxAppendEntries,
-		Logger:             log,
-	}, fsm.New())
+	srv, err := server.Start(server.Config{
+		Raft: raftnode.Config{
+			NodeID:             o.nodeID,
+			DataDir:            o.dataDir,
+			RaftBind:           o.raftAddr,
+			RaftAdvertise:      o.raftAdvertise,
+			GRPCAdvertise:      advertised(o.grpcAdvertise, grpcLis),
+			Bootstrap:          o.bootstrap,
+			BootstrapExpect:    o.bootstrapExpect,
+			Join:               o.join,
+			HeartbeatTimeout:   o.heartbeat,
+			ElectionTimeout:    o.election,
+			LeaderLeaseTimeout: o.lease,
+			CommitTimeout:      o.commit,
+			SnapshotInterval:   o.snapshotInterval,
+			SnapshotThreshold:  o.snapshotThreshold,
+			TrailingLogs:       o.trailingLogs,
+			MaxAppendEntries:   o.maxAppendEntries,
+			Logger:             log,
+		},
+		Coordinator: coordinator.Config{
+			InitialRebalanceDelay: o.initialDelay,
+			NoInitialDelay:        o.initialDelay == 0,
+			MinSessionTimeout:     o.minSession,
+			MaxSessionTimeout:     o.maxSession,
+			Limits:                coordinator.Limits{MaxMembersPerGroup: o.maxGroupSize},
+		},
+		GRPCListener: grpcLis,
+		Logger:       log,
+	})
 	if err != nil {
 		return err
 	}
-	log = log.With("node_id", node.ID())
-
-	healthSrv := health.NewServer()
-	grpcSrv := grpc.NewServer()
-	cohortv1.RegisterClusterServiceServer(grpcSrv, raftnode.NewClusterService(node))
-	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
-	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	healthSrv.SetServingStatus(cohortv1.ClusterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	log = log.With("node_id", srv.Node.ID())
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(node.Collector(), collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	httpSrv := &http.Server{Handler: httpHandler(node, reg), ReadHeaderTimeout: 5 * time.Second}
+	reg.MustRegister(srv.Collectors()...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	httpSrv := &http.Server{Handler: httpHandler(srv.Node, reg), ReadHeaderTimeout: 5 * time.Second}
 
-	errCh := make(chan error, 2)
-	go func() {
-		if err := grpcSrv.Serve(grpcLis); err != nil {
-			errCh <- fmt.Errorf("gRPC server on %s: %w", grpcLis.Addr(), err)
-		}
-	}()
+	errCh := make(chan error, 1)
 	go func() {
 		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errCh <- fmt.Errorf("HTTP server on %s: %w", httpLis.Addr(), err)
 		}
 	}()
 	log.Info("cohortd started", "grpc_address", grpcLis.Addr().String(), "http_address", httpLis.Addr().String(),
-		"raft_address", node.RaftAddress(), "data_dir", o.dataDir)
+		"raft_address", srv.Node.RaftAddress(), "data_dir", o.dataDir)
 
 	var runErr error
 	select {
@@ -212,16 +214,15 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		log.Info("shutting down", "reason", context.Cause(ctx))
 	case runErr = <-errCh:
 		log.Error("server failed; shutting down", "err", runErr)
+	case runErr = <-srv.Err():
+		log.Error("server failed; shutting down", "err", runErr)
 	}
 
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	// Stop accepting: health checks fail first so balancers move away,
-	// then in-flight RPCs drain (bounded), then raft hands over leadership
-	// and stops.
-	healthSrv.Shutdown()
-	stopGRPC(sctx, grpcSrv)
-	if err := node.Shutdown(sctx); err != nil {
+	// Health turns NOT_SERVING, leadership is handed over (parked calls
+	// are answered NOT_LEADER), raft stops, in-flight RPCs drain (bounded).
+	if err := srv.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	if err := httpSrv.Shutdown(sctx); err != nil {
@@ -231,21 +232,6 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		log.Info("cohortd stopped cleanly")
 	}
 	return runErr
-}
-
-// stopGRPC drains in-flight RPCs until ctx ends, then cuts them off.
-func stopGRPC(ctx context.Context, s *grpc.Server) {
-	done := make(chan struct{})
-	go func() {
-		s.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.Stop()
-		<-done
-	}
 }
 
 // readiness is what /readyz needs from the node.

@@ -1,0 +1,239 @@
+// Package testcluster starts in-process Cohort clusters for tests: real
+// Raft over loopback TCP with real bolt files, the real engine and the real
+// gRPC server per node. Everything it starts is stopped by t.Cleanup.
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cohortlabs/cohort/coordinator"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/cohortlabs/cohort/server"
+)
+
+// Options tune a cluster.
+type Options struct {
+	// Coordinator is each node's engine configuration. Tests usually want
+	// a short tick and low session-timeout bound; see DefaultCoordinator.
+	Coordinator coordinator.Config
+	// Raft adjusts each node's raft configuration before start.
+	Raft func(i int, c *raftnode.Config)
+}
+
+// DefaultCoordinator is an engine configuration for fast tests: no initial
+// delay, 10 ms deadline precision, sessions from 100 ms.
+func DefaultCoordinator() coordinator.Config {
+	return coordinator.Config{NoInitialDelay: true, Tick: 10 * time.Millisecond, MinSessionTimeout: 100 * time.Millisecond}
+}
+
+// Node is one member of a test cluster.
+type Node struct {
+	*server.Server
+	ID   string
+	addr string
+	cfg  server.Config
+}
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	t     testing.TB
+	opts  Options
+	Nodes []*Node
+	conns map[string]*grpc.ClientConn
+}
+
+// Logger discards logs unless COHORT_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("COHORT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// Start forms a cluster of size nodes with bootstrap-expect and waits for a
+// leader that serves.
+func Start(t testing.TB, size int, opts Options) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, opts: opts, conns: map[string]*grpc.ClientConn{}}
+	lis := make([]net.Listener, size)
+	var join []string
+	for i := range size {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		lis[i] = l
+		join = append(join, l.Addr().String())
+	}
+	for i := range size {
+		rc := raftnode.Config{
+			NodeID:          fmt.Sprintf("n%d", i+1),
+			DataDir:         t.TempDir(),
+			RaftBind:        "127.0.0.1:0",
+			BootstrapExpect: size,
+			Join:            join,
+			PollInterval:    50 * time.Millisecond,
+		}
+		if opts.Raft != nil {
+			opts.Raft(i, &rc)
+		}
+		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Coordinator: opts.Coordinator, Logger: Logger()}}
+		c.start(n, lis[i])
+		c.Nodes = append(c.Nodes, n)
+	}
+	t.Cleanup(func() {
+		for _, cc := range c.conns {
+			_ = cc.Close()
+		}
+		for _, n := range c.Nodes {
+			c.stop(n)
+		}
+	})
+	c.WaitServing()
+	return c
+}
+
+func (c *Cluster) start(n *Node, lis net.Listener) {
+	c.t.Helper()
+	n.cfg.GRPCListener = lis
+	s, err := server.Start(n.cfg)
+	if err != nil {
+		_ = lis.Close()
+		c.t.Fatalf("start %s: %v", n.ID, err)
+	}
+	n.Server = s
+	// A restart must bind the raft address its peers know.
+	n.cfg.Raft.RaftBind = s.Node.RaftAddress()
+}
+
+func (c *Cluster) stop(n *Node) {
+	if n.Server == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.Shutdown(ctx)
+}
+
+// Addr is node i's gRPC address.
+func (c *Cluster) Addr(i int) string { return c.Nodes[i].addr }
+
+// Addrs are every node's gRPC address.
+func (c *Cluster) Addrs() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		out = append(out, n.addr)
+	}
+	return out
+}
+
+// Conn is a client connection to node i.
+func (c *Cluster) Conn(i int) *grpc.ClientConn {
+	c.t.Helper()
+	addr := c.Addr(i)
+	if cc, ok := c.conns[addr]; ok {
+		return cc
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatalf("dial %s: %v", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc
+}
+
+// Groups is a GroupCoordinator client of node i.
+func (c *Cluster) Groups(i int) cohortv1.GroupCoordinatorClient {
+	return cohortv1.NewGroupCoordinatorClient(c.Conn(i))
+}
+
+// Topics is a Topics client of node i.
+func (c *Cluster) Topics(i int) cohortv1.TopicsClient { return cohortv1.NewTopicsClient(c.Conn(i)) }
+
+// Leader is the index of the node that leads and serves, or -1.
+func (c *Cluster) Leader() int {
+	for i, n := range c.Nodes {
+		if n.Server != nil && n.Node.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitServing waits until one live node leads, its engine serves and every
+// live node knows the leader's gRPC address.
+func (c *Cluster) WaitServing() int {
+	c.t.Helper()
+	var leader int
+	WaitFor(c.t, 30*time.Second, "a serving leader", func() (bool, string) {
+		leader = c.Leader()
+		if leader < 0 {
+			return false, "no leader"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := c.Topics(leader).ListTopics(ctx, &cohortv1.ListTopicsRequest{}); err != nil {
+			return false, fmt.Sprintf("leader %s does not serve: %v", c.Nodes[leader].ID, err)
+		}
+		for _, n := range c.Nodes {
+			if n.Server != nil && n.Node.LeaderGRPCAddress() != c.Addr(leader) {
+				return false, fmt.Sprintf("%s does not know the leader's gRPC address yet", n.ID)
+			}
+		}
+		return true, ""
+	})
+	return leader
+}
+
+// Kill crashes node i (no leadership transfer); Restart brings it back on
+// the same data dir and addresses.
+func (c *Cluster) Kill(i int) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	n.Server.Kill()
+	n.Server = nil
+	if cc, ok := c.conns[n.addr]; ok {
+		_ = cc.Close()
+		delete(c.conns, n.addr)
+	}
+}
+
+// Restart starts a killed node again.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	var lis net.Listener
+	var err error
+	WaitFor(c.t, 10*time.Second, "the node's gRPC port to be free", func() (bool, string) {
+		lis, err = net.Listen("tcp", n.addr)
+		return err == nil, fmt.Sprint(err)
+	})
+	c.start(n, lis)
+}
+
+// WaitFor polls cond until it holds or timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, detail)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,170 @@
+// Package server assembles one Cohort node: the Raft node with its FSM, the
+// leader's group engine following leadership, and the gRPC server with the
+// group, topics, cluster and health services. cmd/cohortd runs it; the
+// in-process cluster tests start three of them on loopback. It owns the
+// order of start and shutdown, nothing of the protocol.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/cohortlabs/cohort/coordinator"
+	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/cohortlabs/cohort/rpc"
+)
+
+// Config configures a node. Raft.GRPCAdvertise defaults to the listener's
+// address.
+type Config struct {
+	Raft        raftnode.Config
+	Coordinator coordinator.Config
+	// GRPCListener is where the gRPC API is served; the node closes it.
+	GRPCListener net.Listener
+	Logger       *slog.Logger
+}
+
+// Server is one running node.
+type Server struct {
+	Node   *raftnode.Node
+	FSM    *fsm.FSM
+	Engine *coordinator.Engine
+	API    *rpc.Server
+	GRPC   *grpc.Server
+	Health *health.Server
+
+	log      *slog.Logger
+	lis      net.Listener
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+	serveErr chan error
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start opens the node's Raft state, starts the engine and serves gRPC.
+func Start(cfg Config) (*Server, error) {
+	if cfg.GRPCListener == nil {
+		return nil, errors.New("server: GRPCListener is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Raft.GRPCAdvertise == "" {
+		cfg.Raft.GRPCAdvertise = cfg.GRPCListener.Addr().String()
+	}
+	if cfg.Raft.Logger == nil {
+		cfg.Raft.Logger = log
+	}
+	if cfg.Coordinator.Logger == nil {
+		cfg.Coordinator.Logger = log
+	}
+	f := fsm.New()
+	node, err := raftnode.New(cfg.Raft, f)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := coordinator.New(cfg.Coordinator, node, f)
+	if err != nil {
+		_ = node.Shutdown(context.Background())
+		return nil, err
+	}
+	api := rpc.NewServer(engine, node, log)
+	gs := grpc.NewServer(api.ServerOptions()...)
+	api.Register(gs)
+	cohortv1.RegisterClusterServiceServer(gs, raftnode.NewClusterService(node))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	for _, svc := range []string{"", cohortv1.ClusterService_ServiceDesc.ServiceName, cohortv1.GroupCoordinator_ServiceDesc.ServiceName, cohortv1.Topics_ServiceDesc.ServiceName} {
+		hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		Node: node, FSM: f, Engine: engine, API: api, GRPC: gs, Health: hs,
+		log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
+	}
+	sub := node.SubscribeLeadership()
+	s.done.Add(2)
+	go func() {
+		defer s.done.Done()
+		defer sub.Close()
+		engine.Run(ctx, sub.C())
+	}()
+	go func() {
+		defer s.done.Done()
+		if err := gs.Serve(cfg.GRPCListener); err != nil {
+			s.serveErr <- fmt.Errorf("gRPC server on %s: %w", cfg.GRPCListener.Addr(), err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the gRPC address the node serves on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Err reports a failure of the gRPC server after Start.
+func (s *Server) Err() <-chan error { return s.serveErr }
+
+// Collectors are the node's Prometheus metrics.
+func (s *Server) Collectors() []prometheus.Collector {
+	cs := []prometheus.Collector{s.Node.Collector(), s.API.Metrics, newGroupStateCollector(s.FSM)}
+	return append(cs, s.Engine.Collectors()...)
+}
+
+// Shutdown stops the node: health turns NOT_SERVING, leadership is handed
+// over (the engine answers parked calls NOT_LEADER as it steps down), Raft
+// stops, then in-flight RPCs drain until ctx ends. Idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		s.Health.Shutdown()
+		err := s.Node.Shutdown(ctx)
+		s.cancel()
+		stopGRPC(ctx, s.GRPC)
+		s.done.Wait()
+		s.API.Close()
+		s.stopErr = err
+	})
+	return s.stopErr
+}
+
+// Kill stops the node abruptly, as a crash would (no leadership transfer).
+// Its data dir is left as a crash would leave it, for a restart.
+func (s *Server) Kill() {
+	s.stopOnce.Do(func() {
+		s.GRPC.Stop()
+		_ = s.Node.Kill()
+		s.cancel()
+		s.done.Wait()
+		s.API.Close()
+	})
+}
+
+// stopGRPC drains in-flight RPCs until ctx ends, then cuts them off.
+func stopGRPC(ctx context.Context, s *grpc.Server) {
+	done := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.Stop()
+		<-done
+	}
+}
