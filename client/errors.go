@@ -31,10 +31,12 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Message == "" {
+	// The server's messages usually start with the reason already.
+	msg := strings.TrimPrefix(strings.TrimPrefix(e.Message, e.Reason), ": ")
+	if msg == "" {
 		return "cohort: " + e.Reason
 	}
-	return "cohort: " + e.Reason + ": " + e.Message
+	return "cohort: " + e.Reason + ": " + msg
 }
 
 // Is reports whether target is an *Error with the same Reason.
