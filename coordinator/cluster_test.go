@@ -1,0 +1,399 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+
+// cluster starts three nodes with topic t (6 partitions). Members that
+// join an empty group together fall into one 200 ms initial delay, so the
+// hand-driven members need not rejoin each other's first rebalance.
+func cluster(t *testing.T) *testcluster.Cluster {
+	t.Helper()
+	cfg := testcluster.DefaultCoordinator()
+	cfg.NoInitialDelay, cfg.InitialRebalanceDelay = false, 200*time.Millisecond
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
+	createTopic(t, c, "t", 6)
+	return c
+}
+
+func Test_Group_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *testing.T) {
+	cfg := testcluster.DefaultCoordinator()
+	cfg.NoInitialDelay, cfg.InitialRebalanceDelay = false, 300*time.Millisecond
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
+	createTopic(t, c, "t", 6)
+	ctx := testCtx(t)
+
+	solo := newMember(t, c, "solo", "t")
+	rebalance(t, ctx, solo)
+	if solo.generation != 1 || !solo.isLeader() || len(solo.owned()) != 6 {
+		t.Fatalf("solo member: generation %d leader=%v owns %v, want generation 1, leader, all 6", solo.generation, solo.isLeader(), solo.owned())
+	}
+
+	// Three members arriving together fall into the initial delay: one
+	// generation, not three.
+	ms := []*member{newMember(t, c, "trio", "t"), newMember(t, c, "trio", "t"), newMember(t, c, "trio", "t")}
+	rebalance(t, ctx, ms...)
+	for _, m := range ms {
+		if m.generation != 1 {
+			t.Fatalf("member %s got generation %d, want 1 for all three", m.id, m.generation)
+		}
+	}
+	checkAssignment(t, "t", 6, ms...)
+	if d := describe(t, c, 0, "trio"); d.GetGeneration() != 1 || d.GetState() != "Stable" || len(d.GetMembers()) != 3 {
+		t.Fatalf("trio: %s generation %d with %d members", d.GetState(), d.GetGeneration(), len(d.GetMembers()))
+	}
+}
+
+func Test_Group_JoinLeaveAndCrash_EachRebalanceOnce(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	a.sessionMs, b.sessionMs = 1000, 1000
+	rebalance(t, ctx, a, b)
+	checkAssignment(t, "t", 6, a, b)
+	gen := a.generation
+
+	// A third member joins: the others learn it from their heartbeat.
+	x := newMember(t, c, "g", "t")
+	joined := make(chan error, 1)
+	go func() { joined <- x.tryJoin(ctx) }()
+	testcluster.WaitFor(t, 10*time.Second, "REBALANCE_IN_PROGRESS on heartbeat", func() (bool, string) {
+		err := a.heartbeat(ctx)
+		return reason(err) == "REBALANCE_IN_PROGRESS", fmt.Sprint(err)
+	})
+	var wg sync.WaitGroup
+	for _, m := range []*member{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.tryJoin(ctx); err != nil {
+				t.Errorf("rejoin %s: %v", m.id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-joined; err != nil {
+		t.Fatalf("new member join: %v", err)
+	}
+	for _, m := range []*member{a, b, x} {
+		if m.generation != gen+1 {
+			t.Fatalf("after a join: member %s at generation %d, want %d", m.id, m.generation, gen+1)
+		}
+	}
+	rebalance(t, ctx, a, b, x) // join again is idempotent for a completed generation; then sync
+	if a.generation != gen+1 {
+		t.Fatalf("a retried join moved the generation to %d", a.generation)
+	}
+	checkAssignment(t, "t", 6, a, b, x)
+
+	// x leaves: one rebalance.
+	resp, err := c.Groups(1).LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: []*cohortv1.LeaveMember{{MemberId: x.id}}})
+	if err != nil || resp.GetMembers()[0].GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+		t.Fatalf("leave: %v %v", resp, err)
+	}
+	if err := a.heartbeat(ctx); reason(err) != "REBALANCE_IN_PROGRESS" {
+		t.Fatalf("heartbeat after a leave: %v, want REBALANCE_IN_PROGRESS", err)
+	}
+	rebalance(t, ctx, a, b)
+	if a.generation != gen+2 {
+		t.Fatalf("after a leave: generation %d, want %d", a.generation, gen+2)
+	}
+	checkAssignment(t, "t", 6, a, b)
+
+	// b crashes (stops heartbeating); a keeps heartbeating until told to rejoin.
+	testcluster.WaitFor(t, 10*time.Second, "b's session to expire", func() (bool, string) {
+		err := a.heartbeat(ctx)
+		return reason(err) == "REBALANCE_IN_PROGRESS", fmt.Sprint(err)
+	})
+	rebalance(t, ctx, a)
+	if a.generation != gen+3 || len(a.owned()) != 6 {
+		t.Fatalf("after b crashed: generation %d owning %v, want %d owning all", a.generation, a.owned(), gen+3)
+	}
+	if err := b.heartbeat(ctx); reason(err) != "UNKNOWN_MEMBER_ID" {
+		t.Fatalf("the crashed member's heartbeat: %v, want UNKNOWN_MEMBER_ID", err)
+	}
+}
+
+func Test_Group_LeaderLeaves_NewLeaderCompletesRebalance(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	ms := []*member{newMember(t, c, "g", "t"), newMember(t, c, "g", "t"), newMember(t, c, "g", "t")}
+	rebalance(t, ctx, ms...)
+	var leader *member
+	var rest []*member
+	for _, m := range ms {
+		if m.isLeader() {
+			leader = m
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if _, err := c.Groups(0).LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: []*cohortv1.LeaveMember{{MemberId: leader.id}}}); err != nil {
+		t.Fatalf("leader leaves: %v", err)
+	}
+	rebalance(t, ctx, rest...)
+	if rest[0].leader == leader.id || rest[0].leader != rest[1].leader || (rest[0].leader != rest[0].id && rest[0].leader != rest[1].id) {
+		t.Fatalf("new leader %q (old %q, members %s %s)", rest[0].leader, leader.id, rest[0].id, rest[1].id)
+	}
+	checkAssignment(t, "t", 6, rest...)
+}
+
+func Test_Group_MemberNotRejoining_DroppedAtRebalanceTimeout(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	a.rebalMs, b.rebalMs = 500, 500
+	rebalance(t, ctx, a, b)
+	// a rejoins (its metadata changed), b never does but keeps its session
+	// alive: the barrier waits for the rebalance timeout, then drops b.
+	a.topics = []string{"t", "u"}
+	createTopic(t, c, "u", 2)
+	start := time.Now()
+	a.mustJoin(ctx)
+	waited := time.Since(start)
+	d := describe(t, c, 0, "g")
+	if len(d.GetMembers()) != 1 || d.GetMembers()[0].GetMemberId() != a.id || waited < 400*time.Millisecond {
+		t.Fatalf("after the timeout: members %v after %v, want only %s after ≥ the 500ms rebalance timeout", d.GetMembers(), waited, a.id)
+	}
+	if err := b.heartbeat(ctx); reason(err) != "UNKNOWN_MEMBER_ID" {
+		t.Fatalf("dropped member's heartbeat: %v, want UNKNOWN_MEMBER_ID", err)
+	}
+	a.mustSync(ctx)
+	if len(a.owned()) != 8 {
+		t.Fatalf("a owns %v, want all 8 partitions of t and u", a.owned())
+	}
+}
+
+func Test_Commit_FencedByGenerationMembershipAndOwnership(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	rebalance(t, ctx, a, b)
+	own := a.assignment.GetTopics()[0].GetPartitions()[0]
+	notOwn := b.assignment.GetTopics()[0].GetPartitions()[0]
+	if resp, err := a.commit(ctx, "t", own, 100); err != nil || resp.GetPartitions()[0].GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+		t.Fatalf("owner's commit: %v %v", resp, err)
+	}
+	resp, err := a.commit(ctx, "t", notOwn, 999)
+	if err != nil || resp.GetPartitions()[0].GetError() != cohortv1.ErrorCode_ERROR_CODE_NOT_OWNER {
+		t.Fatalf("commit of another member's partition: %v %v, want NOT_OWNER", resp, err)
+	}
+	stale := *a
+	stale.generation--
+	if _, err := stale.commit(ctx, "t", own, 999); reason(err) != "ILLEGAL_GENERATION" {
+		t.Fatalf("stale generation commit: %v, want ILLEGAL_GENERATION", err)
+	}
+	// b leaves; a zombie b commits.
+	if _, err := c.Groups(0).LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: []*cohortv1.LeaveMember{{MemberId: b.id}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.commit(ctx, "t", notOwn, 999); reason(err) != "UNKNOWN_MEMBER_ID" {
+		t.Fatalf("zombie commit: %v, want UNKNOWN_MEMBER_ID", err)
+	}
+	got, err := c.Groups(2).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "g", Partitions: []*cohortv1.TopicPartitions{{Topic: "t", Partitions: []int32{own, notOwn}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetPartitions()[0].GetOffset() != 100 || got.GetPartitions()[1].GetOffset() != -1 {
+		t.Fatalf("offsets after refused commits: %v, want 100 and -1", got.GetPartitions())
+	}
+}
+
+func Test_Follower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	leader := c.Leader()
+	follower := (leader + 1) % 3
+	want := c.Addr(leader)
+	g := c.Groups(follower)
+	tp := c.Topics(follower)
+	m := newMember(t, c, "fwd", "t")
+	m.node = follower
+	calls := map[string]func(grpc.CallOption) error{
+		"CreateTopic": func(o grpc.CallOption) error {
+			_, err := tp.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "fwd-topic", Partitions: 2}, o)
+			return err
+		},
+		"AddPartitions": func(o grpc.CallOption) error {
+			_, err := tp.AddPartitions(ctx, &cohortv1.AddPartitionsRequest{Name: "fwd-topic", Partitions: 3}, o)
+			return err
+		},
+		"ListTopics": func(o grpc.CallOption) error { _, err := tp.ListTopics(ctx, &cohortv1.ListTopicsRequest{}, o); return err },
+		"JoinGroup": func(o grpc.CallOption) error {
+			resp, err := g.JoinGroup(ctx, m.joinRequest(), o)
+			if reason(err) == "MEMBER_ID_REQUIRED" {
+				m.id = errorInfo(err).GetMetadata()["member_id"]
+				resp, err = g.JoinGroup(ctx, m.joinRequest(), o)
+			}
+			if err == nil {
+				m.generation, m.leader, m.join = resp.GetGeneration(), resp.GetLeaderId(), resp
+			}
+			return err
+		},
+		"SyncGroup": func(o grpc.CallOption) error {
+			_, err := g.SyncGroup(ctx, &cohortv1.SyncGroupRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id, Assignments: plan(m.join)}, o)
+			return err
+		},
+		"Heartbeat": func(o grpc.CallOption) error {
+			_, err := g.Heartbeat(ctx, &cohortv1.HeartbeatRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id}, o)
+			return err
+		},
+		"OffsetCommit": func(o grpc.CallOption) error {
+			_, err := g.OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id, Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "t", Partition: 0, Offset: 1}}}, o)
+			return err
+		},
+		"OffsetFetch": func(o grpc.CallOption) error {
+			_, err := g.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "fwd"}, o)
+			return err
+		},
+		"DescribeGroups": func(o grpc.CallOption) error {
+			_, err := g.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"fwd"}}, o)
+			return err
+		},
+		"ListGroups": func(o grpc.CallOption) error { _, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{}, o); return err },
+		"LeaveGroup": func(o grpc.CallOption) error {
+			_, err := g.LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "fwd", Members: []*cohortv1.LeaveMember{{MemberId: m.id}}}, o)
+			return err
+		},
+		"DeleteGroups": func(o grpc.CallOption) error {
+			_, err := g.DeleteGroups(ctx, &cohortv1.DeleteGroupsRequest{GroupIds: []string{"fwd"}}, o)
+			return err
+		},
+		"DeleteTopic": func(o grpc.CallOption) error {
+			_, err := tp.DeleteTopic(ctx, &cohortv1.DeleteTopicRequest{Name: "fwd-topic"}, o)
+			return err
+		},
+	}
+	order := []string{"CreateTopic", "AddPartitions", "ListTopics", "JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit",
+		"OffsetFetch", "DescribeGroups", "ListGroups", "LeaveGroup", "DeleteGroups", "DeleteTopic"}
+	if len(order) != len(calls) {
+		t.Fatalf("order lists %d calls, map has %d", len(order), len(calls))
+	}
+	for _, name := range order {
+		got, err := leaderHeader(calls[name])
+		if err != nil {
+			t.Fatalf("%s through follower %s: %v", name, c.Nodes[follower].ID, err)
+		}
+		if got != want {
+			t.Fatalf("%s: cohort-leader %q, want %q", name, got, want)
+		}
+	}
+	// A stale read is served by the follower itself.
+	if _, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{AllowStale: true}); err != nil {
+		t.Fatalf("stale read on a follower: %v", err)
+	}
+}
+
+func Test_StaticMember_RestartWithinSession_KeepsAssignmentAndGeneration(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, s := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	s.instance = "instance-1"
+	rebalance(t, ctx, a, s)
+	gen, owned, oldID := s.generation, s.owned(), s.id
+
+	// The static member restarts: a new process with no member ID.
+	restarted := newMember(t, c, "g", "t")
+	restarted.instance = "instance-1"
+	restarted.mustJoin(ctx)
+	restarted.mustSync(ctx)
+	if restarted.generation != gen || strings.Join(restarted.owned(), ",") != strings.Join(owned, ",") || restarted.id == oldID {
+		t.Fatalf("restarted static member: generation %d owns %v (id %s), want generation %d owning %v with a new ID", restarted.generation, restarted.owned(), restarted.id, gen, owned)
+	}
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatalf("the other member must see no rebalance: %v", err)
+	}
+	if err := s.heartbeat(ctx); reason(err) != "FENCED_INSTANCE_ID" && reason(err) != "UNKNOWN_MEMBER_ID" {
+		t.Fatalf("the old incarnation's heartbeat: %v, want it fenced", err)
+	}
+}
+
+func Test_MalformedRequests_ClearErrors_NothingChanges(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a := newMember(t, c, "g", "t")
+	rebalance(t, ctx, a)
+	if _, err := a.commit(ctx, "t", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	g := c.Groups(1)
+	huge := make([]byte, 1<<20)
+	cases := []struct {
+		name   string
+		call   func() error
+		code   codes.Code
+		reason string
+		says   string
+	}{
+		{"empty group id", func() error {
+			_, err := g.JoinGroup(ctx, &cohortv1.JoinGroupRequest{ProtocolType: "consumer", Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 1000, RebalanceTimeoutMs: 1000})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT", "group_id"},
+		{"oversized metadata", func() error {
+			_, err := g.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: "g", ProtocolType: "consumer", Protocols: []*cohortv1.ProtocolMetadata{{Name: "range", Metadata: huge}}, SessionTimeoutMs: 1000, RebalanceTimeoutMs: 1000})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT", "metadata"},
+		{"session timeout out of bounds", func() error {
+			_, err := g.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: "g", ProtocolType: "consumer", Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 1, RebalanceTimeoutMs: 1000})
+			return err
+		}, codes.InvalidArgument, "INVALID_SESSION_TIMEOUT", "session_timeout_ms"},
+		{"unknown member", func() error {
+			_, err := g.Heartbeat(ctx, &cohortv1.HeartbeatRequest{GroupId: "g", Generation: a.generation, MemberId: "nobody"})
+			return err
+		}, codes.FailedPrecondition, "UNKNOWN_MEMBER_ID", "nobody"},
+		{"negative partition", func() error {
+			_, err := g.OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{GroupId: "g", Generation: a.generation, MemberId: a.id, Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "t", Partition: -1, Offset: 1}}})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT", "negative"},
+		{"unknown topic in an assignment", func() error {
+			_, err := g.SyncGroup(ctx, &cohortv1.SyncGroupRequest{GroupId: "g", Generation: a.generation, MemberId: a.id, Assignments: []*cohortv1.MemberAssignment{{MemberId: a.id, Assignment: &cohortv1.Assignment{Topics: []*cohortv1.TopicPartitions{{Topic: "nope", Partitions: []int32{0}}}}}}})
+			return err
+		}, codes.OK, "", ""}, // the group is Stable: a sync is a retry and is answered, not validated again
+		{"bad topic name", func() error {
+			_, err := c.Topics(1).CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "a/b", Partitions: 1})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT", "a/b"},
+	}
+	for _, tc := range cases {
+		err := tc.call()
+		if status.Code(err) != tc.code || reason(err) != tc.reason || !strings.Contains(fmt.Sprint(err), tc.says) {
+			t.Fatalf("%s: %v, want %s %s mentioning %q", tc.name, err, tc.code, tc.reason, tc.says)
+		}
+	}
+	// An invalid plan in CompletingRebalance is refused naming the fault.
+	b := newMember(t, c, "g2", "t")
+	b.mustJoin(ctx)
+	_, err := g.SyncGroup(ctx, &cohortv1.SyncGroupRequest{GroupId: "g2", Generation: b.generation, MemberId: b.id, Assignments: []*cohortv1.MemberAssignment{{MemberId: b.id, Assignment: &cohortv1.Assignment{Topics: []*cohortv1.TopicPartitions{{Topic: "nope", Partitions: []int32{0}}}}}}})
+	if reason(err) != "INVALID_ASSIGNMENT" || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("plan with an unknown topic: %v, want INVALID_ASSIGNMENT naming it", err)
+	}
+	b.mustSync(ctx) // a corrected plan is accepted
+
+	// Nothing committed changed and the node still serves.
+	got, err := g.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "g"})
+	if err != nil || len(got.GetPartitions()) != 1 || got.GetPartitions()[0].GetOffset() != 5 {
+		t.Fatalf("offsets after bad requests: %v %v", got, err)
+	}
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatalf("heartbeat after bad requests: %v", err)
+	}
+}
