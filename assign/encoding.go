@@ -224,6 +224,7 @@ func appendTopicPartitions(b []byte, tps []TopicPartitions) ([]byte, error) {
 type reader struct {
 	buf  []byte
 	off  int
+	at   int // where the field being read starts, for messages
 	what string
 	err  error
 }
@@ -256,7 +257,7 @@ func named(name string) field { return field{name: name, index: -1} }
 
 func (r *reader) fail(f field, format string, args ...any) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s: %s at byte %d: %s", ErrMalformed, r.what, f, r.off, fmt.Sprintf(format, args...))
+		r.err = fmt.Errorf("%w: %s: %s at byte %d: %s", ErrMalformed, r.what, f, r.at, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -278,6 +279,7 @@ func (r *reader) uvarint(field field) uint64 {
 	if r.err != nil {
 		return 0
 	}
+	r.at = r.off
 	v, n := binary.Uvarint(r.buf[r.off:])
 	switch {
 	case n == 0:
@@ -358,6 +360,7 @@ func (r *reader) int32(field field) int32 {
 	if r.err != nil {
 		return 0
 	}
+	r.at = r.off
 	v, n := binary.Varint(r.buf[r.off:])
 	switch {
 	case n == 0:
