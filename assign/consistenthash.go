@@ -47,9 +47,12 @@ type ConsistentHashConfig struct {
 // max(⌈P/N⌉, ⌊c·P/N⌋). The paper's ⌈c·P/N⌉ can exceed c times the average
 // (P = 120, N = 11: 14 > 1.25 · 10.9); the floor keeps max/avg ≤ c whenever
 // any assignment can (that is, whenever ⌈P/N⌉ ≤ c·P/N), and ⌈P/N⌉ keeps the
-// cap feasible. If every subscriber of a topic is at the cap (possible only
-// with differing subscriptions), the partition goes to its least-loaded
-// subscriber (ties: lowest member ID), above the cap.
+// cap feasible. If every subscriber of a partition's topic is at the cap
+// (possible only with differing subscriptions), partitions already placed
+// are shifted along a chain of subscribers to a member below the cap (an
+// augmenting path, see makeRoom), so loads stay within the cap whenever any
+// assignment can keep them there. Only if none can does the partition go
+// to its least-loaded subscriber (ties: lowest member ID), above the cap.
 //
 // The hash is 64-bit FNV-1a over the key bytes followed by murmur3's fmix64
 // finalizer. Raw FNV-1a is not enough: its last step multiplies by the
@@ -148,10 +151,11 @@ func (c *ConsistentHash) Assign(members []Member, topics map[string]int32) (Plan
 		return cmp.Compare(a.member, b.member)
 	})
 
-	load := make([]int, len(pb.members))
-	open := make([]int, len(pb.topics)) // subscribers below the cap
+	st := chState{pb: pb, owner: owner, limit: limit,
+		load: make([]int, len(pb.members)), held: make([][]int, len(pb.members)),
+		open: make([]int, len(pb.topics))}
 	for ti := range pb.topics {
-		open[ti] = len(pb.topics[ti].subscribers)
+		st.open[ti] = len(pb.topics[ti].subscribers)
 	}
 	for ti := range pb.topics {
 		t := &pb.topics[ti]
@@ -159,8 +163,11 @@ func (c *ConsistentHash) Assign(members []Member, topics map[string]int32) (Plan
 		n := len(key)
 		for p := 0; p < t.count; p++ {
 			g := pb.base[ti] + p
+			if st.open[ti] == 0 && st.makeRoom(ti, g) {
+				continue // makeRoom placed g by shifting others
+			}
 			var mi int
-			if open[ti] > 0 {
+			if st.open[ti] > 0 {
 				key = binary.BigEndian.AppendUint32(key[:n], uint32(p))
 				h := hash64(key)
 				i, _ := slices.BinarySearchFunc(ring, h, func(rp ringPoint, h uint64) int { return cmp.Compare(rp.hash, h) })
@@ -169,7 +176,7 @@ func (c *ConsistentHash) Assign(members []Member, topics map[string]int32) (Plan
 						i = 0
 					}
 					mi = int(ring[i].member)
-					if load[mi] < limit && pb.subscribes(mi, ti) {
+					if st.load[mi] < limit && pb.subscribes(mi, ti) {
 						break
 					}
 					i++
@@ -177,20 +184,92 @@ func (c *ConsistentHash) Assign(members []Member, topics map[string]int32) (Plan
 			} else {
 				mi = t.subscribers[0]
 				for _, s := range t.subscribers[1:] {
-					if load[s] < load[mi] {
+					if st.load[s] < st.load[mi] {
 						mi = s
 					}
 				}
 			}
-			owner[g] = int32(mi)
-			if load[mi]++; load[mi] == limit {
-				for _, tj := range pb.members[mi].topics {
-					open[tj]--
-				}
-			}
+			st.give(g, mi)
 		}
 	}
 	return pb.plan(owner), nil
+}
+
+// chState is ConsistentHash's placement in progress.
+type chState struct {
+	pb    *problem
+	owner []int32
+	limit int
+	load  []int
+	held  [][]int // partitions of each member, in placement order
+	open  []int   // per topic, subscribers below the limit
+}
+
+func (st *chState) give(g, mi int) {
+	st.owner[g] = int32(mi)
+	st.held[mi] = append(st.held[mi], g)
+	if st.load[mi]++; st.load[mi] == st.limit {
+		for _, tj := range st.pb.members[mi].topics {
+			st.open[tj]--
+		}
+	}
+}
+
+// makeRoom handles a partition of topic ti, all of whose subscribers are at
+// the cap: it looks (breadth first, in member and placement order) for a
+// chain subscriber → partition it holds → another subscriber of that
+// partition's topic → … ending at a member below the cap, shifts each
+// partition one step along the chain and gives the new partition to the
+// chain's first member. If no chain exists, no assignment of the partitions
+// placed so far plus this one fits under the cap (the augmenting-path
+// theorem for bipartite b-matchings), and makeRoom returns false.
+func (st *chState) makeRoom(ti, g int) bool {
+	pb := st.pb
+	type step struct{ from, part int }
+	parent := make(map[int]step)
+	queue := slices.Clone(pb.topics[ti].subscribers)
+	for _, mi := range queue {
+		parent[mi] = step{-1, -1}
+	}
+	for qi := 0; qi < len(queue); qi++ {
+		u := queue[qi]
+		for _, x := range st.held[u] {
+			for _, v := range pb.topics[pb.topicOf(x)].subscribers {
+				if _, seen := parent[v]; seen {
+					continue
+				}
+				parent[v] = step{u, x}
+				if st.load[v] < st.limit {
+					// Shift along the chain back to a subscriber of ti.
+					w := v
+					for parent[w].from >= 0 {
+						p := parent[w]
+						st.move(p.part, p.from, w)
+						w = p.from
+					}
+					// w lost one partition and gets g: its load is unchanged.
+					st.owner[g] = int32(w)
+					st.held[w] = append(st.held[w], g)
+					if st.load[v]++; st.load[v] == st.limit {
+						for _, tj := range pb.members[v].topics {
+							st.open[tj]--
+						}
+					}
+					return true
+				}
+				queue = append(queue, v)
+			}
+		}
+	}
+	return false
+}
+
+// move hands partition x from member a to member b without touching loads.
+func (st *chState) move(x, a, b int) {
+	st.owner[x] = int32(b)
+	i := slices.Index(st.held[a], x)
+	st.held[a] = slices.Delete(st.held[a], i, i+1)
+	st.held[b] = append(st.held[b], x)
 }
 
 // hash64 is 64-bit FNV-1a followed by murmur3's fmix64 finalizer.

@@ -191,6 +191,7 @@ func without(ids []string, id string) []string {
 func (sc scenario) run(tb testing.TB, a Assignor) (join, leave step) {
 	start := sc.rebalance(tb, a, sc.start, Plan{}, 0)
 	if sc.leaveFirst {
+		// S4: stable, one leaves, it rejoins.
 		leave = sc.rebalance(tb, a, without(sc.start, sc.leaver), start.after, 1)
 		join = sc.rebalance(tb, a, sc.start, leave.after, 2)
 		return join, leave
