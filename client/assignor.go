@@ -11,8 +11,9 @@ import (
 // assignor computes the group leader's plan for one protocol. It is the
 // seam for package assign; the stand-ins below are used until it lands.
 type assignor interface {
-	// metadata encodes the member's subscription for JoinGroup.
-	metadata(topics []string) []byte
+	// metadata encodes the member's subscription for JoinGroup: its topics
+	// and what it owned in generation gen (sticky assignors read those).
+	metadata(topics []string, owned []TopicPartition, gen int32) ([]byte, error)
 	// assign maps every member ID to its partitions.
 	assign(members []subscription, partitions map[string]int32) (map[string][]TopicPartition, error)
 }
@@ -73,7 +74,9 @@ func (s subscription) topicsOf() []string {
 // partition's topic (Kafka's RoundRobinAssignor).
 type roundRobin struct{}
 
-func (roundRobin) metadata(topics []string) []byte { return encodeSubscription(topics) }
+func (roundRobin) metadata(topics []string, _ []TopicPartition, _ int32) ([]byte, error) {
+	return encodeSubscription(topics), nil
+}
 
 func (roundRobin) assign(members []subscription, partitions map[string]int32) (map[string][]TopicPartition, error) {
 	ms, subs := sortedMembers(members)
@@ -105,7 +108,9 @@ func (roundRobin) assign(members []subscription, partitions map[string]int32) (m
 // (Kafka's RangeAssignor).
 type rangeAssignor struct{}
 
-func (rangeAssignor) metadata(topics []string) []byte { return encodeSubscription(topics) }
+func (rangeAssignor) metadata(topics []string, _ []TopicPartition, _ int32) ([]byte, error) {
+	return encodeSubscription(topics), nil
+}
 
 func (rangeAssignor) assign(members []subscription, partitions map[string]int32) (map[string][]TopicPartition, error) {
 	ms, subs := sortedMembers(members)

@@ -151,9 +151,16 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 				return nil
 			}
 			err = fromStatus(err)
-			if !retryable(ctx, err) {
+			if !retryable(err) {
 				c.follow(hint)
 				return err
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				// An attempt cut off by ctx says less than the one before it.
+				if c := status.Code(err); lastErr == nil || (c != codes.DeadlineExceeded && c != codes.Canceled) {
+					lastErr = err
+				}
+				return giveUp(method, attempt, cerr, lastErr)
 			}
 		}
 		lastErr = err
@@ -189,10 +196,7 @@ func giveUp(method string, attempts int, ctxErr, lastErr error) error {
 }
 
 // retryable reports whether a failed attempt may be sent again unchanged.
-func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
+func retryable(err error) bool {
 	if r := Reason(err); r != "" {
 		switch r {
 		case ErrNotLeader.Reason, ErrCoordinatorNotAvailable.Reason, ErrNotCoordinator.Reason:
@@ -204,7 +208,7 @@ func retryable(ctx context.Context, err error) bool {
 	case codes.Unavailable:
 		return true
 	case codes.DeadlineExceeded:
-		// ctx is alive, so the attempt's own timeout fired: the node may be
+		// If ctx is alive, the attempt's own timeout fired: the node may be
 		// hung or partitioned away; try another.
 		return true
 	}

@@ -28,7 +28,6 @@ type Member struct {
 	log       *slog.Logger
 	backoff   backoff
 	assignors map[string]assignor
-	protocols []*cohortv1.ProtocolMetadata
 
 	// heartbeatNow asks the heartbeat loop to check the member's standing
 	// at once (a commit was refused as from a stale generation).
@@ -45,6 +44,10 @@ type Member struct {
 	protocol   string
 	assignment []TopicPartition
 	assigned   bool // OnAssigned called and OnRevoked not yet
+	// owned and ownedGen are the last assignment and its generation, kept
+	// past revocation for the subscription metadata of the next join.
+	owned    []TopicPartition
+	ownedGen int32
 }
 
 type runState int
@@ -79,6 +82,7 @@ func NewMember(cfg Config) (*Member, error) {
 		heartbeatNow: make(chan struct{}, 1),
 		done:         make(chan struct{}),
 		generation:   NoGeneration,
+		ownedGen:     NoGeneration,
 	}
 	if cfg.InstanceID != "" {
 		m.log = m.log.With("instance", cfg.InstanceID)
@@ -89,7 +93,6 @@ func NewMember(cfg Config) (*Member, error) {
 			return nil, fmt.Errorf("cohort: group %q: %w", cfg.GroupID, err)
 		}
 		m.assignors[name] = a
-		m.protocols = append(m.protocols, &cohortv1.ProtocolMetadata{Name: name, Metadata: a.metadata(cfg.Topics)})
 	}
 	return m, nil
 }
@@ -289,6 +292,7 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 		m.mu.Lock()
 		m.assignment = assignment
 		m.assigned = true
+		m.owned, m.ownedGen = assignment, gen
 		m.mu.Unlock()
 		m.log.Info("cohort assigned", "member", resp.GetMemberId(), "generation", gen, "partitions", len(assignment))
 		if m.cfg.OnAssigned != nil {
@@ -301,13 +305,17 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 // join sends JoinGroup until it has an answer, taking the member ID a
 // MEMBER_ID_REQUIRED answer hands out.
 func (m *Member) join(ctx context.Context) (*cohortv1.JoinGroupResponse, error) {
+	protocols, err := m.protocols()
+	if err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		req := &cohortv1.JoinGroupRequest{
 			GroupId:            m.cfg.GroupID,
 			MemberId:           m.MemberID(),
 			InstanceId:         m.cfg.InstanceID,
 			ProtocolType:       m.cfg.ProtocolType,
-			Protocols:          m.protocols,
+			Protocols:          protocols,
 			Topics:             m.cfg.Topics,
 			SessionTimeoutMs:   int32(m.cfg.SessionTimeout / time.Millisecond),
 			RebalanceTimeoutMs: int32(m.cfg.RebalanceTimeout / time.Millisecond),
@@ -339,6 +347,23 @@ func (m *Member) join(ctx context.Context) (*cohortv1.JoinGroupResponse, error) 
 			}
 		}
 	}
+}
+
+// protocols returns the member's protocols, in preference order, with
+// their metadata for this join.
+func (m *Member) protocols() ([]*cohortv1.ProtocolMetadata, error) {
+	m.mu.Lock()
+	owned, gen := m.owned, m.ownedGen
+	m.mu.Unlock()
+	out := make([]*cohortv1.ProtocolMetadata, 0, len(m.cfg.Protocols))
+	for _, name := range m.cfg.Protocols {
+		md, err := m.assignors[name].metadata(m.cfg.Topics, owned, gen)
+		if err != nil {
+			return nil, fmt.Errorf("cohort: encode %s subscription for group %q: %w", name, m.cfg.GroupID, err)
+		}
+		out = append(out, &cohortv1.ProtocolMetadata{Name: name, Metadata: md})
+	}
+	return out, nil
 }
 
 // plan computes the group leader's assignment for every member.
