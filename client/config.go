@@ -50,8 +50,10 @@ type Config struct {
 	ProtocolType string
 	// Topics the member subscribes to. Required.
 	Topics []string
-	// Protocols are assignor names in preference order. Default
-	// DefaultProtocols (roundrobin, range). Each must be known to the client.
+	// Protocols are assignor names (package assign's registry: range,
+	// roundrobin, sticky, consistent-hash) in preference order. Default
+	// DefaultProtocols (roundrobin, range). cooperative-sticky is refused:
+	// this client runs the eager rebalance protocol.
 	Protocols []string
 
 	// SessionTimeout: the coordinator removes the member when no heartbeat

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/cohortlabs/cohort/assign"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -381,7 +382,7 @@ func Test_Member_GroupLeader_AssignsEveryMember(t *testing.T) {
 	c.topics["payments"] = 2
 	c.members = []*cohortv1.JoinGroupMember{
 		{MemberId: "member-1", Topics: []string{"orders", "payments"}},
-		{MemberId: "other", Metadata: encodeSubscription([]string{"orders"})},
+		{MemberId: "other", Metadata: mustSubscription(t, "orders")},
 	}
 	n := c.node()
 	rec := &recorder{}
@@ -419,4 +420,13 @@ func Test_Member_CloseBeforeRun_ClosesConn(t *testing.T) {
 	if err := m.Run(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run after Close: %v", err)
 	}
+}
+
+func mustSubscription(t *testing.T, topics ...string) []byte {
+	t.Helper()
+	b, err := assign.EncodeSubscription(assign.Subscription{Topics: topics, Generation: assign.NoGeneration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
