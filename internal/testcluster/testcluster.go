@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,8 @@ type Cluster struct {
 	t     testing.TB
 	opts  Options
 	Nodes []*Node
+
+	mu    sync.Mutex // guards conns and which nodes are live
 	conns map[string]*grpc.ClientConn
 }
 
@@ -84,6 +87,13 @@ func Start(t testing.TB, size int, opts Options) *Cluster {
 			BootstrapExpect: size,
 			Join:            join,
 			PollInterval:    50 * time.Millisecond,
+			// Raft's own 1 s defaults rather than cohortd's LAN defaults:
+			// test binaries share two cores under the race detector, and a
+			// starved leader must not lose its lease in the middle of a test
+			// that is not about elections.
+			HeartbeatTimeout:   time.Second,
+			ElectionTimeout:    time.Second,
+			LeaderLeaseTimeout: 500 * time.Millisecond,
 		}
 		if opts.Raft != nil {
 			opts.Raft(i, &rc)
@@ -112,7 +122,9 @@ func (c *Cluster) start(n *Node, lis net.Listener) {
 		_ = lis.Close()
 		c.t.Fatalf("start %s: %v", n.ID, err)
 	}
+	c.mu.Lock()
 	n.Server = s
+	c.mu.Unlock()
 	// A restart must bind the raft address its peers know.
 	n.cfg.Raft.RaftBind = s.Node.RaftAddress()
 }
@@ -141,6 +153,8 @@ func (c *Cluster) Addrs() []string {
 // Conn is a client connection to node i.
 func (c *Cluster) Conn(i int) *grpc.ClientConn {
 	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	addr := c.Addr(i)
 	if cc, ok := c.conns[addr]; ok {
 		return cc
@@ -163,6 +177,8 @@ func (c *Cluster) Topics(i int) cohortv1.TopicsClient { return cohortv1.NewTopic
 
 // Leader is the index of the node that leads and serves, or -1.
 func (c *Cluster) Leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, n := range c.Nodes {
 		if n.Server != nil && n.Node.IsLeader() {
 			return i
@@ -186,8 +202,8 @@ func (c *Cluster) WaitServing() int {
 		if _, err := c.Topics(leader).ListTopics(ctx, &cohortv1.ListTopicsRequest{}); err != nil {
 			return false, fmt.Sprintf("leader %s does not serve: %v", c.Nodes[leader].ID, err)
 		}
-		for _, n := range c.Nodes {
-			if n.Server != nil && n.Node.LeaderGRPCAddress() != c.Addr(leader) {
+		for i, n := range c.Nodes {
+			if c.Live(i) && n.Node.LeaderGRPCAddress() != c.Addr(leader) {
 				return false, fmt.Sprintf("%s does not know the leader's gRPC address yet", n.ID)
 			}
 		}
@@ -202,11 +218,20 @@ func (c *Cluster) Kill(i int) {
 	c.t.Helper()
 	n := c.Nodes[i]
 	n.Server.Kill()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n.Server = nil
 	if cc, ok := c.conns[n.addr]; ok {
 		_ = cc.Close()
 		delete(c.conns, n.addr)
 	}
+}
+
+// Live reports whether node i runs.
+func (c *Cluster) Live(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Nodes[i].Server != nil
 }
 
 // Restart starts a killed node again.
