@@ -224,3 +224,17 @@ func TestScenarioSmoke(t *testing.T) {
 		}
 	}
 }
+
+// S4's sticky plans, join and leave, cost exactly what the independent
+// min-cost flow says is optimal.
+func TestSticky_S4_IsOptimal(t *testing.T) {
+	sc := scenarios()[3]
+	join, leave := sc.run(t, Sticky{})
+	for _, st := range []step{leave, join} {
+		r := newRefInput(st.members, sc.topics)
+		own := checkValid(t, r, st.after, false)
+		if got, want := r.cost(own), r.minCostFlow(); got != want {
+			t.Fatalf("S4 sticky cost %+v, min-cost flow %+v", got, want)
+		}
+	}
+}
