@@ -134,3 +134,20 @@ func Test_Backoff_HasJitterAndIsBounded(t *testing.T) {
 		}
 	}
 }
+
+func Test_Conn_HungNode_AttemptTimesOutAndNextEndpointAnswers(t *testing.T) {
+	c := newFakeCluster(t)
+	hung, good := c.node(), c.node()
+	hung.refuseNext("CreateTopic", errHang)
+	conn := testConn(t, hung.addr, good.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "t", Partitions: 1}, AttemptTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := c.callsOf("CreateTopic")
+	if len(calls) != 2 || calls[0].node != hung.addr || calls[1].node != good.addr {
+		t.Fatalf("calls: %v", calls)
+	}
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -144,6 +145,8 @@ var (
 	errCoordNotAvail  = protoErr(codes.Unavailable, "COORDINATOR_NOT_AVAILABLE", nil)
 	errInconsistent   = protoErr(codes.FailedPrecondition, "INCONSISTENT_GROUP_PROTOCOL", nil)
 	errInvalidSession = protoErr(codes.InvalidArgument, "INVALID_SESSION_TIMEOUT", nil)
+	// errHang makes a node hold the call until the caller gives up.
+	errHang = errors.New("hang")
 )
 
 // serve records the call, applies scripted refusals, then runs the group
@@ -168,6 +171,10 @@ func (n *fakeNode) serve(ctx context.Context, method string, req proto.Message, 
 		}
 	}
 	c.mu.Unlock()
+	if refusal == errHang {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if refusal != nil {
 		return nil, refusal
 	}
