@@ -479,7 +479,7 @@ func TestProperty_ConsistentHash_BoundedLoads(t *testing.T) {
 		n := 0
 		for _, m := range members {
 			for _, topic := range m.Topics {
-				if len(r.subs[topic]) > 0 {
+				if topics[topic] > 0 {
 					n++
 					break
 				}
