@@ -4,24 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
 // Test_RealCluster_MembersShareOneGenerationAndCommit runs members against
-// a running Cohort cluster named by COHORT_TEST_ENDPOINTS (comma-separated
-// gRPC addresses, e.g. from scripts/run-cluster.sh); skipped otherwise.
+// an in-process three-node cluster (real Raft, real gRPC): one generation,
+// commits, fencing, a leave, and a kill -9 of the leader node that no member
+// notices as a new generation.
 func Test_RealCluster_MembersShareOneGenerationAndCommit(t *testing.T) {
-	env := os.Getenv("COHORT_TEST_ENDPOINTS")
-	if env == "" {
-		t.Skip("COHORT_TEST_ENDPOINTS not set")
-	}
-	endpoints := strings.Split(env, ",")
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
+	endpoints := c.Addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn, err := Dial(ConnConfig{Endpoints: endpoints})
@@ -100,5 +97,21 @@ func Test_RealCluster_MembersShareOneGenerationAndCommit(t *testing.T) {
 	waitFor(t, "two members in a new generation", func() bool { return settled(members[:2]) && members[0].Generation() > gen })
 	if conn.Leader() == "" {
 		t.Fatal("no cohort-leader header seen")
+	}
+
+	// kill -9 of the leader node: the members keep generation and
+	// assignment, and commit again on the new leader.
+	gen = members[0].Generation()
+	before := [][]TopicPartition{members[0].Assignment(), members[1].Assignment()}
+	c.Kill(c.Leader())
+	c.WaitServing()
+	for i, m := range members[:2] {
+		offs := []PartitionOffset{{TopicPartition: m.Assignment()[0], Offset: 777}}
+		if err := m.Commit(ctx, offs); err != nil {
+			t.Fatalf("member %d commit after failover: %v", i, err)
+		}
+		if m.Generation() != gen || !slices.Equal(m.Assignment(), before[i]) {
+			t.Fatalf("member %d after failover: generation %d assignment %v, had %d %v", i, m.Generation(), m.Assignment(), gen, before[i])
+		}
 	}
 }
