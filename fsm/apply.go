@@ -44,6 +44,8 @@ func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
 		return s.addPartitions(now, c.AddPartitions)
 	case *fsmv1.Command_RegisterNode:
 		return s.registerNode(c.RegisterNode)
+	case *fsmv1.Command_Batch:
+		return s.batch(now, c.Batch)
 	case nil:
 		return fail(Errorf(CodeInvalidArgument, "command has no kind"))
 	default:
@@ -52,6 +54,32 @@ func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
 }
 
 func fail(err *ProtocolError) *ApplyResult { return &ApplyResult{Err: err} }
+
+// MaxBatch bounds the commands of one Batch entry.
+const MaxBatch = 4096
+
+// batch applies each command in order with the batch's timestamp. Each has
+// its own result; one refused command does not stop the others, since they
+// are independent requests that happen to share an entry.
+func (s *State) batch(now int64, b *fsmv1.Batch) *ApplyResult {
+	cmds := b.GetCommands()
+	switch {
+	case len(cmds) == 0:
+		return fail(Errorf(CodeInvalidArgument, "batch is empty"))
+	case len(cmds) > MaxBatch:
+		return fail(Errorf(CodeInvalidArgument, "batch has %d commands, over the limit of %d", len(cmds), MaxBatch))
+	}
+	for i, c := range cmds {
+		if _, nested := c.GetKind().(*fsmv1.Command_Batch); nested {
+			return fail(Errorf(CodeInvalidArgument, "batch command %d is itself a batch", i))
+		}
+	}
+	res := &ApplyResult{Batch: make([]*ApplyResult, len(cmds))}
+	for i, c := range cmds {
+		res.Batch[i] = s.apply(&fsmv1.Command{TimestampMs: now, Kind: c.GetKind()})
+	}
+	return res
+}
 
 func checkName(field, v string) *ProtocolError {
 	switch {

@@ -42,6 +42,8 @@ type ApplyResult struct {
 	Members []MemberResult
 	// Groups holds per-group outcomes of DeleteGroups.
 	Groups []GroupResult
+	// Batch holds the result of each command of a Batch, in order.
+	Batch []*ApplyResult
 }
 
 // PartitionResult is the outcome of one partition of an offset commit.

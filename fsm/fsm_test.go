@@ -458,3 +458,37 @@ func TestSnapshot_SharesStateCopyOnWrite(t *testing.T) {
 		t.Fatalf("applies after Snapshot changed the snapshot")
 	}
 }
+
+type batch []isKind
+
+func (b batch) set(c *fsmv1.Command) {
+	bt := &fsmv1.Batch{}
+	for _, k := range b {
+		sub := &fsmv1.Command{}
+		k.set(sub)
+		bt.Commands = append(bt.Commands, sub)
+	}
+	c.Kind = &fsmv1.Command_Batch{Batch: bt}
+}
+
+func TestBatch_AppliesEachInOrderWithOwnResult(t *testing.T) {
+	h := stableGroup(t)
+	res := h.ok(at(10, batch{
+		commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1},
+		commit{group: "g", generation: 1, member: "b", topic: "t", partitions: []int32{2}, offset: 1}, // stale: refused alone
+		commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 2}, // later in the batch wins
+	}))
+	if len(res.Batch) != 3 {
+		t.Fatalf("batch results: %d, want 3", len(res.Batch))
+	}
+	wantCode(t, res.Batch[0].Err, CodeNone)
+	wantCode(t, res.Batch[1].Err, CodeIllegalGeneration)
+	wantCode(t, res.Batch[2].Err, CodeNone)
+	h.f.Read(func(s *State) {
+		if v, _ := s.Offset("g", "t", 0); v.Offset != 2 || v.CommitTimestampMs != 10 {
+			t.Fatalf("t/0 = %+v, want offset 2 at the batch's timestamp 10", v)
+		}
+	})
+	h.refused(at(11, batch{}), CodeInvalidArgument)
+	h.refused(at(11, batch{batch{createTopic{"x", 1}}}), CodeInvalidArgument)
+}

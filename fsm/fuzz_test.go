@@ -20,6 +20,8 @@ func FuzzApplyEntry(f *testing.F) {
 		commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0, 1}, offset: 9},
 		commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0}, offset: 9},
 		deleteGroups{"g", "solo"}, expire(1000), registerNode{"n1", "127.0.0.1:1", "127.0.0.1:2"},
+		batch{commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1},
+			commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{2}, offset: 1}},
 	}
 	for _, k := range seeds {
 		data, err := EncodeCommand(at(100, k))

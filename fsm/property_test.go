@@ -125,6 +125,16 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 		}
 		k = c
 	case 12:
+		if rapid.Bool().Draw(rt, "batch") {
+			// Two commands in one entry, as the leader coalesces commits.
+			// Only commits are batched by the engine; a batch that deletes
+			// and recreates a group would defeat the per-command
+			// generation check below.
+			first, second := genCommand(rt, f, now), genCommand(rt, f, now)
+			if first.GetCommitOffsets() != nil && second.GetCommitOffsets() != nil {
+				return &fsmv1.Command{TimestampMs: now, Kind: &fsmv1.Command_Batch{Batch: &fsmv1.Batch{Commands: []*fsmv1.Command{first, second}}}}
+			}
+		}
 		k = deleteGroups{group}
 	default:
 		k = expire(int64(rapid.IntRange(1, 5000).Draw(rt, "retention")))

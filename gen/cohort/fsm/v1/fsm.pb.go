@@ -152,6 +152,7 @@ type Command struct {
 	//	*Command_DeleteTopic
 	//	*Command_AddPartitions
 	//	*Command_RegisterNode
+	//	*Command_Batch
 	Kind          isCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -300,6 +301,15 @@ func (x *Command) GetRegisterNode() *RegisterNode {
 	return nil
 }
 
+func (x *Command) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Kind.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isCommand_Kind interface {
 	isCommand_Kind()
 }
@@ -348,6 +358,10 @@ type Command_RegisterNode struct {
 	RegisterNode *RegisterNode `protobuf:"bytes,20,opt,name=register_node,json=registerNode,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *Batch `protobuf:"bytes,21,opt,name=batch,proto3,oneof"`
+}
+
 func (*Command_JoinMember) isCommand_Kind() {}
 
 func (*Command_CompleteJoin) isCommand_Kind() {}
@@ -370,6 +384,55 @@ func (*Command_AddPartitions) isCommand_Kind() {}
 
 func (*Command_RegisterNode) isCommand_Kind() {}
 
+func (*Command_Batch) isCommand_Kind() {}
+
+// Batch is several commands in one log entry, applied in order with the
+// batch's timestamp: the leader coalesces concurrent offset commits into one
+// entry. A batch may not contain a batch.
+type Batch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Batch) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 // Protocol is one assignment protocol a member supports, with its metadata.
 type Protocol struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -381,7 +444,7 @@ type Protocol struct {
 
 func (x *Protocol) Reset() {
 	*x = Protocol{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +456,7 @@ func (x *Protocol) String() string {
 func (*Protocol) ProtoMessage() {}
 
 func (x *Protocol) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +469,7 @@ func (x *Protocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Protocol.ProtoReflect.Descriptor instead.
 func (*Protocol) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Protocol) GetName() string {
@@ -442,7 +505,7 @@ type MemberSpec struct {
 
 func (x *MemberSpec) Reset() {
 	*x = MemberSpec{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +517,7 @@ func (x *MemberSpec) String() string {
 func (*MemberSpec) ProtoMessage() {}
 
 func (x *MemberSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +530,7 @@ func (x *MemberSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSpec.ProtoReflect.Descriptor instead.
 func (*MemberSpec) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MemberSpec) GetMemberId() string {
@@ -545,7 +608,7 @@ type JoinMember struct {
 
 func (x *JoinMember) Reset() {
 	*x = JoinMember{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +620,7 @@ func (x *JoinMember) String() string {
 func (*JoinMember) ProtoMessage() {}
 
 func (x *JoinMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +633,7 @@ func (x *JoinMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinMember.ProtoReflect.Descriptor instead.
 func (*JoinMember) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinMember) GetGroupId() string {
@@ -625,7 +688,7 @@ type CompleteJoin struct {
 
 func (x *CompleteJoin) Reset() {
 	*x = CompleteJoin{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +700,7 @@ func (x *CompleteJoin) String() string {
 func (*CompleteJoin) ProtoMessage() {}
 
 func (x *CompleteJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +713,7 @@ func (x *CompleteJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJoin.ProtoReflect.Descriptor instead.
 func (*CompleteJoin) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CompleteJoin) GetGroupId() string {
@@ -684,7 +747,7 @@ type TopicPartitions struct {
 
 func (x *TopicPartitions) Reset() {
 	*x = TopicPartitions{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +759,7 @@ func (x *TopicPartitions) String() string {
 func (*TopicPartitions) ProtoMessage() {}
 
 func (x *TopicPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +772,7 @@ func (x *TopicPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartitions.ProtoReflect.Descriptor instead.
 func (*TopicPartitions) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TopicPartitions) GetTopic() string {
@@ -738,7 +801,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +813,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +826,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Assignment) GetTopics() []*TopicPartitions {
@@ -790,7 +853,7 @@ type MemberAssignment struct {
 
 func (x *MemberAssignment) Reset() {
 	*x = MemberAssignment{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +865,7 @@ func (x *MemberAssignment) String() string {
 func (*MemberAssignment) ProtoMessage() {}
 
 func (x *MemberAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +878,7 @@ func (x *MemberAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAssignment.ProtoReflect.Descriptor instead.
 func (*MemberAssignment) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemberAssignment) GetMemberId() string {
@@ -845,7 +908,7 @@ type SyncAssignment struct {
 
 func (x *SyncAssignment) Reset() {
 	*x = SyncAssignment{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +920,7 @@ func (x *SyncAssignment) String() string {
 func (*SyncAssignment) ProtoMessage() {}
 
 func (x *SyncAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +933,7 @@ func (x *SyncAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncAssignment.ProtoReflect.Descriptor instead.
 func (*SyncAssignment) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SyncAssignment) GetGroupId() string {
@@ -911,7 +974,7 @@ type MemberRef struct {
 
 func (x *MemberRef) Reset() {
 	*x = MemberRef{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +986,7 @@ func (x *MemberRef) String() string {
 func (*MemberRef) ProtoMessage() {}
 
 func (x *MemberRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +999,7 @@ func (x *MemberRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRef.ProtoReflect.Descriptor instead.
 func (*MemberRef) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MemberRef) GetMemberId() string {
@@ -965,7 +1028,7 @@ type RemoveMembers struct {
 
 func (x *RemoveMembers) Reset() {
 	*x = RemoveMembers{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1040,7 @@ func (x *RemoveMembers) String() string {
 func (*RemoveMembers) ProtoMessage() {}
 
 func (x *RemoveMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1053,7 @@ func (x *RemoveMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMembers.ProtoReflect.Descriptor instead.
 func (*RemoveMembers) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveMembers) GetGroupId() string {
@@ -1026,7 +1089,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1101,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1114,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OffsetCommit) GetTopic() string {
@@ -1097,7 +1160,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1172,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1185,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommitOffsets) GetGroupId() string {
@@ -1170,7 +1233,7 @@ type DeleteGroups struct {
 
 func (x *DeleteGroups) Reset() {
 	*x = DeleteGroups{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1245,7 @@ func (x *DeleteGroups) String() string {
 func (*DeleteGroups) ProtoMessage() {}
 
 func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1258,7 @@ func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroups.ProtoReflect.Descriptor instead.
 func (*DeleteGroups) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteGroups) GetGroupIds() []string {
@@ -1216,7 +1279,7 @@ type ExpireOffsets struct {
 
 func (x *ExpireOffsets) Reset() {
 	*x = ExpireOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1291,7 @@ func (x *ExpireOffsets) String() string {
 func (*ExpireOffsets) ProtoMessage() {}
 
 func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1304,7 @@ func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOffsets.ProtoReflect.Descriptor instead.
 func (*ExpireOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExpireOffsets) GetRetentionMs() int64 {
@@ -1261,7 +1324,7 @@ type CreateTopic struct {
 
 func (x *CreateTopic) Reset() {
 	*x = CreateTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1336,7 @@ func (x *CreateTopic) String() string {
 func (*CreateTopic) ProtoMessage() {}
 
 func (x *CreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1349,7 @@ func (x *CreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopic.ProtoReflect.Descriptor instead.
 func (*CreateTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateTopic) GetName() string {
@@ -1312,7 +1375,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1387,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1400,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1358,7 +1421,7 @@ type AddPartitions struct {
 
 func (x *AddPartitions) Reset() {
 	*x = AddPartitions{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1433,7 @@ func (x *AddPartitions) String() string {
 func (*AddPartitions) ProtoMessage() {}
 
 func (x *AddPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1446,7 @@ func (x *AddPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitions.ProtoReflect.Descriptor instead.
 func (*AddPartitions) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddPartitions) GetName() string {
@@ -1413,7 +1476,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1488,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1501,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterNode) GetNodeId() string {
@@ -1471,7 +1534,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1546,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1559,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1520,7 +1583,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1595,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1608,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Member) GetSpec() *MemberSpec {
@@ -1602,7 +1665,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1677,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1690,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Group) GetGroupId() string {
@@ -1722,7 +1785,7 @@ type OffsetRecord struct {
 
 func (x *OffsetRecord) Reset() {
 	*x = OffsetRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1797,7 @@ func (x *OffsetRecord) String() string {
 func (*OffsetRecord) ProtoMessage() {}
 
 func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1810,7 @@ func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetRecord.ProtoReflect.Descriptor instead.
 func (*OffsetRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OffsetRecord) GetGroupId() string {
@@ -1809,7 +1872,7 @@ type Topic struct {
 
 func (x *Topic) Reset() {
 	*x = Topic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1884,7 @@ func (x *Topic) String() string {
 func (*Topic) ProtoMessage() {}
 
 func (x *Topic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1897,7 @@ func (x *Topic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Topic.ProtoReflect.Descriptor instead.
 func (*Topic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Topic) GetName() string {
@@ -1862,7 +1925,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1937,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1950,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Node) GetNodeId() string {
@@ -1926,7 +1989,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2001,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2014,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotRecord) GetKind() isSnapshotRecord_Kind {
@@ -2039,7 +2102,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2114,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2127,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotTrailer) GetNodes() uint64 {
@@ -2106,7 +2169,7 @@ var File_cohort_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xa6\x06\n" +
+	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xd4\x06\n" +
 	"\aCommand\x12!\n" +
 	"\ftimestamp_ms\x18\x01 \x01(\x03R\vtimestampMs\x12<\n" +
 	"\vjoin_member\x18\n" +
@@ -2121,8 +2184,11 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fcreate_topic\x18\x11 \x01(\v2\x1a.cohort.fsm.v1.CreateTopicH\x00R\vcreateTopic\x12?\n" +
 	"\fdelete_topic\x18\x12 \x01(\v2\x1a.cohort.fsm.v1.DeleteTopicH\x00R\vdeleteTopic\x12E\n" +
 	"\x0eadd_partitions\x18\x13 \x01(\v2\x1c.cohort.fsm.v1.AddPartitionsH\x00R\raddPartitions\x12B\n" +
-	"\rregister_node\x18\x14 \x01(\v2\x1b.cohort.fsm.v1.RegisterNodeH\x00R\fregisterNodeB\x06\n" +
-	"\x04kind\":\n" +
+	"\rregister_node\x18\x14 \x01(\v2\x1b.cohort.fsm.v1.RegisterNodeH\x00R\fregisterNode\x12,\n" +
+	"\x05batch\x18\x15 \x01(\v2\x14.cohort.fsm.v1.BatchH\x00R\x05batchB\x06\n" +
+	"\x04kind\";\n" +
+	"\x05Batch\x122\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.cohort.fsm.v1.CommandR\bcommands\":\n" +
 	"\bProtocol\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\fR\bmetadata\"\xb7\x02\n" +
@@ -2298,71 +2364,74 @@ func file_cohort_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_cohort_fsm_v1_fsm_proto_goTypes = []any{
 	(RemoveReason)(0),        // 0: cohort.fsm.v1.RemoveReason
 	(GroupState)(0),          // 1: cohort.fsm.v1.GroupState
 	(*Command)(nil),          // 2: cohort.fsm.v1.Command
-	(*Protocol)(nil),         // 3: cohort.fsm.v1.Protocol
-	(*MemberSpec)(nil),       // 4: cohort.fsm.v1.MemberSpec
-	(*JoinMember)(nil),       // 5: cohort.fsm.v1.JoinMember
-	(*CompleteJoin)(nil),     // 6: cohort.fsm.v1.CompleteJoin
-	(*TopicPartitions)(nil),  // 7: cohort.fsm.v1.TopicPartitions
-	(*Assignment)(nil),       // 8: cohort.fsm.v1.Assignment
-	(*MemberAssignment)(nil), // 9: cohort.fsm.v1.MemberAssignment
-	(*SyncAssignment)(nil),   // 10: cohort.fsm.v1.SyncAssignment
-	(*MemberRef)(nil),        // 11: cohort.fsm.v1.MemberRef
-	(*RemoveMembers)(nil),    // 12: cohort.fsm.v1.RemoveMembers
-	(*OffsetCommit)(nil),     // 13: cohort.fsm.v1.OffsetCommit
-	(*CommitOffsets)(nil),    // 14: cohort.fsm.v1.CommitOffsets
-	(*DeleteGroups)(nil),     // 15: cohort.fsm.v1.DeleteGroups
-	(*ExpireOffsets)(nil),    // 16: cohort.fsm.v1.ExpireOffsets
-	(*CreateTopic)(nil),      // 17: cohort.fsm.v1.CreateTopic
-	(*DeleteTopic)(nil),      // 18: cohort.fsm.v1.DeleteTopic
-	(*AddPartitions)(nil),    // 19: cohort.fsm.v1.AddPartitions
-	(*RegisterNode)(nil),     // 20: cohort.fsm.v1.RegisterNode
-	(*SnapshotHeader)(nil),   // 21: cohort.fsm.v1.SnapshotHeader
-	(*Member)(nil),           // 22: cohort.fsm.v1.Member
-	(*Group)(nil),            // 23: cohort.fsm.v1.Group
-	(*OffsetRecord)(nil),     // 24: cohort.fsm.v1.OffsetRecord
-	(*Topic)(nil),            // 25: cohort.fsm.v1.Topic
-	(*Node)(nil),             // 26: cohort.fsm.v1.Node
-	(*SnapshotRecord)(nil),   // 27: cohort.fsm.v1.SnapshotRecord
-	(*SnapshotTrailer)(nil),  // 28: cohort.fsm.v1.SnapshotTrailer
+	(*Batch)(nil),            // 3: cohort.fsm.v1.Batch
+	(*Protocol)(nil),         // 4: cohort.fsm.v1.Protocol
+	(*MemberSpec)(nil),       // 5: cohort.fsm.v1.MemberSpec
+	(*JoinMember)(nil),       // 6: cohort.fsm.v1.JoinMember
+	(*CompleteJoin)(nil),     // 7: cohort.fsm.v1.CompleteJoin
+	(*TopicPartitions)(nil),  // 8: cohort.fsm.v1.TopicPartitions
+	(*Assignment)(nil),       // 9: cohort.fsm.v1.Assignment
+	(*MemberAssignment)(nil), // 10: cohort.fsm.v1.MemberAssignment
+	(*SyncAssignment)(nil),   // 11: cohort.fsm.v1.SyncAssignment
+	(*MemberRef)(nil),        // 12: cohort.fsm.v1.MemberRef
+	(*RemoveMembers)(nil),    // 13: cohort.fsm.v1.RemoveMembers
+	(*OffsetCommit)(nil),     // 14: cohort.fsm.v1.OffsetCommit
+	(*CommitOffsets)(nil),    // 15: cohort.fsm.v1.CommitOffsets
+	(*DeleteGroups)(nil),     // 16: cohort.fsm.v1.DeleteGroups
+	(*ExpireOffsets)(nil),    // 17: cohort.fsm.v1.ExpireOffsets
+	(*CreateTopic)(nil),      // 18: cohort.fsm.v1.CreateTopic
+	(*DeleteTopic)(nil),      // 19: cohort.fsm.v1.DeleteTopic
+	(*AddPartitions)(nil),    // 20: cohort.fsm.v1.AddPartitions
+	(*RegisterNode)(nil),     // 21: cohort.fsm.v1.RegisterNode
+	(*SnapshotHeader)(nil),   // 22: cohort.fsm.v1.SnapshotHeader
+	(*Member)(nil),           // 23: cohort.fsm.v1.Member
+	(*Group)(nil),            // 24: cohort.fsm.v1.Group
+	(*OffsetRecord)(nil),     // 25: cohort.fsm.v1.OffsetRecord
+	(*Topic)(nil),            // 26: cohort.fsm.v1.Topic
+	(*Node)(nil),             // 27: cohort.fsm.v1.Node
+	(*SnapshotRecord)(nil),   // 28: cohort.fsm.v1.SnapshotRecord
+	(*SnapshotTrailer)(nil),  // 29: cohort.fsm.v1.SnapshotTrailer
 }
 var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
-	5,  // 0: cohort.fsm.v1.Command.join_member:type_name -> cohort.fsm.v1.JoinMember
-	6,  // 1: cohort.fsm.v1.Command.complete_join:type_name -> cohort.fsm.v1.CompleteJoin
-	10, // 2: cohort.fsm.v1.Command.sync_assignment:type_name -> cohort.fsm.v1.SyncAssignment
-	12, // 3: cohort.fsm.v1.Command.remove_members:type_name -> cohort.fsm.v1.RemoveMembers
-	14, // 4: cohort.fsm.v1.Command.commit_offsets:type_name -> cohort.fsm.v1.CommitOffsets
-	15, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
-	16, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
-	17, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
-	18, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
-	19, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
-	20, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
-	3,  // 11: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
-	4,  // 12: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
-	7,  // 13: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
-	8,  // 14: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
-	9,  // 15: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
-	11, // 16: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
-	0,  // 17: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
-	13, // 18: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
-	4,  // 19: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
-	8,  // 20: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
-	1,  // 21: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
-	22, // 22: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
-	26, // 23: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
-	25, // 24: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
-	23, // 25: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
-	24, // 26: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	6,  // 0: cohort.fsm.v1.Command.join_member:type_name -> cohort.fsm.v1.JoinMember
+	7,  // 1: cohort.fsm.v1.Command.complete_join:type_name -> cohort.fsm.v1.CompleteJoin
+	11, // 2: cohort.fsm.v1.Command.sync_assignment:type_name -> cohort.fsm.v1.SyncAssignment
+	13, // 3: cohort.fsm.v1.Command.remove_members:type_name -> cohort.fsm.v1.RemoveMembers
+	15, // 4: cohort.fsm.v1.Command.commit_offsets:type_name -> cohort.fsm.v1.CommitOffsets
+	16, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
+	17, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
+	18, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
+	19, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
+	20, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
+	21, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
+	3,  // 11: cohort.fsm.v1.Command.batch:type_name -> cohort.fsm.v1.Batch
+	2,  // 12: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
+	4,  // 13: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
+	5,  // 14: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
+	8,  // 15: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
+	9,  // 16: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
+	10, // 17: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
+	12, // 18: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
+	0,  // 19: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
+	14, // 20: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
+	5,  // 21: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
+	9,  // 22: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
+	1,  // 23: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
+	23, // 24: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
+	27, // 25: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
+	26, // 26: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
+	24, // 27: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
+	25, // 28: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_cohort_fsm_v1_fsm_proto_init() }
@@ -2382,8 +2451,9 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 		(*Command_DeleteTopic)(nil),
 		(*Command_AddPartitions)(nil),
 		(*Command_RegisterNode)(nil),
+		(*Command_Batch)(nil),
 	}
-	file_cohort_fsm_v1_fsm_proto_msgTypes[25].OneofWrappers = []any{
+	file_cohort_fsm_v1_fsm_proto_msgTypes[26].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Group)(nil),
@@ -2395,7 +2465,7 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_fsm_v1_fsm_proto_rawDesc), len(file_cohort_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
