@@ -1,0 +1,157 @@
+// Package checker decides from a run's history alone whether Cohort kept its
+// promises. Each checker is a pure function of the history (no clock, no
+// network), so crafted histories test it and any saved history.jsonl can be
+// checked again. A run is valid only when every applicable checker is.
+//
+// What it must never do: guess in Cohort's favour. An operation whose outcome
+// is unknown may have taken effect at any time after its invocation, or
+// never; a checker that cannot decide says so instead of passing.
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cohortlabs/cohort/chaos/history"
+)
+
+// Checker names, in the issue's order.
+const (
+	NameLinearizable = "linearizable-offsets"      // 1
+	NameAgreement    = "group-agreement"           // 2
+	NameMonotonic    = "monotonic-generations"     // 3
+	NameFencing      = "commit-fencing"            // 4
+	NameDurability   = "durability"                // 5
+	NameFailover     = "failover-keeps-generation" // 6
+	NameLiveness     = "liveness"                  // 7
+)
+
+// Anomaly kinds.
+const (
+	KindNonLinearizable    = "nonlinearizable"
+	KindUnchecked          = "linearizability-unchecked"
+	KindDoubleOwner        = "double-owner"
+	KindLeaderDisagree     = "leader-disagreement"
+	KindMembersDisagree    = "member-list-disagreement"
+	KindNotInGeneration    = "member-not-in-generation"
+	KindGenerationBack     = "generation-went-back"
+	KindGenerationRepeat   = "generation-repeated-with-other-assignment"
+	KindFencingBreach      = "fencing-breach"
+	KindLostWrite          = "lost-write"
+	KindNoFinalRead        = "no-final-read"
+	KindUnexplainedRebal   = "unexplained-generation"
+	KindGroupNotStable     = "group-not-stable"
+	KindClientNotRecovered = "client-not-recovered"
+)
+
+// Anomaly is one violation, with the operations that show it.
+type Anomaly struct {
+	Kind    string          `json:"kind"`
+	Message string          `json:"message"`
+	Ops     []history.Entry `json:"ops,omitempty"`
+}
+
+// Result is one checker's verdict.
+type Result struct {
+	Name  string `json:"name"`
+	Valid bool   `json:"valid"`
+	// Skipped says why the checker did not apply to this run ("" when it
+	// ran); a skipped checker is valid.
+	Skipped   string    `json:"skipped,omitempty"`
+	Checked   int       `json:"checked"` // how many items it examined
+	Anomalies []Anomaly `json:"anomalies,omitempty"`
+}
+
+// Options tune the checkers to the run.
+type Options struct {
+	// LinearizabilityTimeout bounds porcupine per key (0: 30 s). A key it
+	// cannot decide in time is an anomaly of kind linearizability-unchecked.
+	LinearizabilityTimeout time.Duration
+	// FailoverOnly: the schedule only killed, paused or isolated the leader,
+	// each fault shorter than the session timeout; enables checker 6.
+	FailoverOnly bool
+	// SessionTimeout of the group members (for checker 6's windows).
+	SessionTimeout time.Duration
+	// LivenessWindow: how long after the final heal the cluster has to
+	// recover (default 30 s).
+	LivenessWindow time.Duration
+	// VisualizeDir, when set, receives a porcupine HTML visualization of
+	// every key found not linearizable.
+	VisualizeDir string
+}
+
+func (o Options) withDefaults() Options {
+	if o.LinearizabilityTimeout == 0 {
+		o.LinearizabilityTimeout = 30 * time.Second
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = 10 * time.Second
+	}
+	if o.LivenessWindow == 0 {
+		o.LivenessWindow = 30 * time.Second
+	}
+	return o
+}
+
+// All runs every checker over the history.
+func All(es []history.Entry, o Options) []Result {
+	o = o.withDefaults()
+	es = slices.Clone(es)
+	history.Sort(es)
+	return []Result{
+		Linearizable(es, o),
+		Agreement(es),
+		Monotonic(es),
+		Fencing(es),
+		Durability(es),
+		Failover(es, o),
+		Liveness(es, o),
+	}
+}
+
+// Valid reports whether every result is valid.
+func Valid(rs []Result) bool {
+	for _, r := range rs {
+		if !r.Valid {
+			return false
+		}
+	}
+	return true
+}
+
+func result(name string, checked int, as []Anomaly) Result {
+	return Result{Name: name, Valid: len(as) == 0, Checked: checked, Anomalies: as}
+}
+
+func skipped(name, why string) Result { return Result{Name: name, Valid: true, Skipped: why} }
+
+// ops returns the client operations with function f.
+func ops(es []history.Entry, fs ...string) []history.Entry {
+	var out []history.Entry
+	for _, e := range es {
+		if e.Type == history.TypeOp && slices.Contains(fs, e.F) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func secs(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+
+// identity is who owns partitions: a static member's instance ID (which
+// survives restarts and member ID replacement), else its member ID.
+func identity(member, instance string) string {
+	if instance != "" {
+		return "instance:" + instance
+	}
+	return member
+}
+
+// truncate keeps anomaly reports readable.
+func truncate(es []history.Entry, n int) []history.Entry {
+	if len(es) <= n {
+		return es
+	}
+	return es[:n]
+}
