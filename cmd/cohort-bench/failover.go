@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cohortlabs/cohort/client"
+)
+
+func newFailoverCommand(g *globalOptions) *cobra.Command {
+	var (
+		kills          int
+		mode           string
+		members        int
+		sessionTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "failover",
+		Short: "Time from losing the leader until a member's commit succeeds again",
+		Long: `failover runs a group of --members members on a cluster it starts (real
+cohortd processes with --cluster process, which is what the figures in
+docs/benchmarks.md use), with member 0 committing back to back. Each round it
+takes the leader away and measures the time until a commit issued after that
+moment succeeds; then it restarts the node, waits until every node has caught
+up, and checks that no member saw a new generation or a rebalance.
+
+--mode kill: SIGKILL (server.Kill in-process): no leadership transfer.
+--mode transfer: SIGTERM (server.Shutdown in-process): the leader hands
+leadership over (raft LeadershipTransfer) before it stops, the planned path
+of a rolling restart.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
+				var modes []string
+				switch mode {
+				case "kill", "transfer":
+					modes = []string{mode}
+				case "both":
+					modes = []string{"kill", "transfer"}
+				default:
+					return fmt.Errorf("--mode %q: want kill, transfer or both", mode)
+				}
+				if len(g.endpoints) > 0 {
+					return errors.New("failover kills nodes, so it needs a cluster it started itself (no --endpoints)")
+				}
+				t, err := g.openTarget(ctx, "")
+				if err != nil {
+					return err
+				}
+				defer t.Close()
+				return runFailover(ctx, out, g, t, modes, kills, members, sessionTimeout)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&kills, "kills", 10, "leader losses per mode")
+	f.StringVar(&mode, "mode", "both", "kill, transfer or both")
+	f.IntVar(&members, "members", 5, "members of the group")
+	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout (heartbeat every third of it)")
+	return cmd
+}
+
+// committer commits member 0's first partition back to back and reports
+// the first success of a commit issued after a mark.
+type committer struct {
+	m *member
+
+	mu    sync.Mutex
+	mark  time.Time
+	found chan time.Time // receives the end of the first commit issued after mark
+	last  error
+}
+
+func (c *committer) run(ctx context.Context) {
+	tp := c.m.partitions()[0]
+	for off := int64(1); ctx.Err() == nil; off++ {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := c.m.m.Commit(cctx, []client.PartitionOffset{{TopicPartition: tp, Offset: off}})
+		cancel()
+		end := time.Now()
+		c.mu.Lock()
+		if err != nil {
+			c.last = err
+		} else if c.found != nil && !start.Before(c.mark) {
+			c.found <- end
+			c.found = nil
+		}
+		c.mu.Unlock()
+		if err != nil {
+			// Refused outright (not a retryable failover error): do not spin.
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// arm sets the mark and returns the channel of the first success after it.
+func (c *committer) arm(at time.Time) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	c.mark, c.found = at, ch
+	c.mu.Unlock()
+	return ch
+}
+
+func (c *committer) lastErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+type failoverRound struct {
+	election, commit time.Duration
+	newGenerations   int
+	reassigned       int
+}
+
+func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target, modes []string, kills, members int, session time.Duration) error {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := createTopic(ctx, conn.Topics(), "failover", 16); err != nil {
+		return err
+	}
+	f := newFleet(ctx, memberOptions{
+		endpoints: t.addrs, group: "bench-failover", topics: []string{"failover"},
+		sessionTimeout: session, logger: g.logger(),
+	})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f.close(cctx)
+	}()
+	if _, err := f.add(members); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	gen, _, err := f.stable(sctx, client.NoGeneration)
+	cancel()
+	if err != nil {
+		return err
+	}
+	cm := &committer{m: f.members[0]}
+	cctx, stopCommits := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); cm.run(cctx) }()
+	defer func() { stopCommits(); wg.Wait() }()
+
+	fmt.Fprintf(out, "failover, %s cluster (raft defaults: heartbeat/election 500 ms), group of %d members at generation %d, session timeout %v, %s\n",
+		t.kind, members, gen, session, loadLine())
+	tb := newTable(out, "mode", "rounds", "new leader median", "new leader max", "commit median", "commit max", "new generations", "reassignments")
+	for _, mode := range modes {
+		var rounds []failoverRound
+		for range kills {
+			r, err := leaderLoss(ctx, t, f, cm, mode)
+			if err != nil {
+				return fmt.Errorf("%s round %d: %w", mode, len(rounds)+1, err)
+			}
+			rounds = append(rounds, r)
+		}
+		var el, co []time.Duration
+		newGens, reassigned := 0, 0
+		for _, r := range rounds {
+			el, co = append(el, r.election), append(co, r.commit)
+			newGens += r.newGenerations
+			reassigned += r.reassigned
+		}
+		slices.Sort(el)
+		slices.Sort(co)
+		tb.row(mode, fmt.Sprint(len(rounds)), ms(median(el)), ms(el[len(el)-1]), ms(median(co)), ms(co[len(co)-1]),
+			fmt.Sprint(newGens), fmt.Sprint(reassigned))
+		fmt.Fprintf(out, "%s: commit times %v\n", mode, roundMs(co))
+	}
+	tb.flush()
+	return ctx.Err()
+}
+
+func roundMs(ds []time.Duration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond).String()
+	}
+	return out
+}
+
+// leaderLoss takes the leader away once and measures the recovery.
+func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode string) (failoverRound, error) {
+	var r failoverRound
+	leader, err := t.probe.WaitServing(ctx, t.live)
+	if err != nil {
+		return r, err
+	}
+	// The committer must be succeeding before the leader goes.
+	if _, err := waitFor(ctx, cm.arm(time.Now()), 30*time.Second); err != nil {
+		return r, fmt.Errorf("commits do not succeed before the round: %w (last error: %v)", err, cm.lastErr())
+	}
+	type snap struct {
+		gen      int32
+		assigned int
+	}
+	before := make([]snap, len(f.members))
+	for i, m := range f.members {
+		gen, _, ok := m.holding()
+		if !ok {
+			return r, fmt.Errorf("member %d holds no assignment before the round", i)
+		}
+		a, _ := m.counts()
+		before[i] = snap{gen, a}
+	}
+	survivors := func(i int) bool { return i != leader && t.live(i) }
+
+	t0 := time.Now()
+	found := cm.arm(t0)
+	stopped := make(chan error, 1)
+	switch mode {
+	case "kill":
+		stopped <- t.cluster.Kill(leader)
+	default:
+		go func() {
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			stopped <- t.cluster.Stop(sctx, leader)
+		}()
+	}
+	for {
+		if t.probe.Leader(ctx, survivors) >= 0 {
+			r.election = time.Since(t0)
+			break
+		}
+		if time.Since(t0) > 30*time.Second || ctx.Err() != nil {
+			return r, errors.New("no new leader within 30s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	end, err := waitFor(ctx, found, 30*time.Second)
+	if err != nil {
+		return r, fmt.Errorf("no commit succeeded after losing the leader: %w (last error: %v)", err, cm.lastErr())
+	}
+	r.commit = end.Sub(t0)
+	if err := <-stopped; err != nil {
+		return r, err
+	}
+	if err := t.cluster.Restart(ctx, leader); err != nil {
+		return r, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	_, err = t.probe.WaitServing(wctx, t.live)
+	cancel()
+	if err != nil {
+		return r, err
+	}
+	for i, m := range f.members {
+		gen, _, ok := m.holding()
+		a, _ := m.counts()
+		if !ok || gen != before[i].gen {
+			r.newGenerations++
+		}
+		if a != before[i].assigned {
+			r.reassigned++
+		}
+	}
+	return r, nil
+}
+
+func waitFor(ctx context.Context, ch <-chan time.Time, d time.Duration) (time.Time, error) {
+	select {
+	case at := <-ch:
+		return at, nil
+	case <-time.After(d):
+		return time.Time{}, fmt.Errorf("timed out after %v", d)
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cohortlabs/cohort/client"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// memberOptions configure the group members a run starts.
+type memberOptions struct {
+	endpoints         []string
+	group             string
+	topics            []string
+	sessionTimeout    time.Duration
+	heartbeatInterval time.Duration
+	logger            *slog.Logger
+}
+
+// member is one client.Member with what its callbacks saw.
+type member struct {
+	m *client.Member
+
+	mu         sync.Mutex
+	gen        int32 // generation of the last OnAssigned
+	assignedAt time.Time
+	assigned   int // OnAssigned calls
+	revoked    int // OnRevoked calls
+	parts      []client.TopicPartition
+	runErr     error
+	done       chan struct{}
+}
+
+// holding returns the generation whose assignment the member holds, or
+// false between a revocation and the next assignment.
+func (m *member) holding() (gen int32, at time.Time, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen, m.assignedAt, m.assigned > m.revoked
+}
+
+func (m *member) counts() (assigned, revoked int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.assigned, m.revoked
+}
+
+func (m *member) partitions() []client.TopicPartition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.parts
+}
+
+// startMember starts one member's Run in the background.
+func startMember(ctx context.Context, o memberOptions, i int) (*member, error) {
+	bm := &member{gen: client.NoGeneration, done: make(chan struct{})}
+	m, err := client.NewMember(client.Config{
+		Endpoints:         o.endpoints,
+		GroupID:           o.group,
+		ClientID:          fmt.Sprintf("bench-%d", i),
+		Topics:            o.topics,
+		SessionTimeout:    o.sessionTimeout,
+		HeartbeatInterval: o.heartbeatInterval,
+		Logger:            o.logger,
+		OnAssigned: func(_ context.Context, gen int32, a []client.TopicPartition) {
+			now := time.Now()
+			bm.mu.Lock()
+			bm.gen, bm.assignedAt, bm.parts = gen, now, a
+			bm.assigned++
+			bm.mu.Unlock()
+		},
+		OnRevoked: func(context.Context, []client.TopicPartition) {
+			bm.mu.Lock()
+			bm.revoked++
+			bm.parts = nil
+			bm.mu.Unlock()
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	bm.m = m
+	go func() {
+		err := m.Run(ctx)
+		bm.mu.Lock()
+		bm.runErr = err
+		bm.mu.Unlock()
+		close(bm.done)
+	}()
+	return bm, nil
+}
+
+// fleet is a set of members of one group.
+type fleet struct {
+	opts    memberOptions
+	ctx     context.Context
+	cancel  context.CancelFunc
+	members []*member
+}
+
+func newFleet(ctx context.Context, o memberOptions) *fleet {
+	fctx, cancel := context.WithCancel(ctx)
+	return &fleet{opts: o, ctx: fctx, cancel: cancel}
+}
+
+// add starts n more members.
+func (f *fleet) add(n int) ([]*member, error) {
+	var added []*member
+	for range n {
+		m, err := startMember(f.ctx, f.opts, len(f.members))
+		if err != nil {
+			return added, err
+		}
+		f.members = append(f.members, m)
+		added = append(added, m)
+	}
+	return added, nil
+}
+
+// stable waits until every member holds the assignment of one generation
+// newer than after, and returns it with the latest time a member got it.
+func (f *fleet) stable(ctx context.Context, after int32) (int32, time.Time, error) {
+	var detail string
+	for {
+		gen, at, ok, d := f.check(after)
+		if ok {
+			return gen, at, nil
+		}
+		detail = d
+		select {
+		case <-ctx.Done():
+			return 0, time.Time{}, fmt.Errorf("group %s with %d members not stable: %w (%s)", f.opts.group, len(f.members), ctx.Err(), detail)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (f *fleet) check(after int32) (int32, time.Time, bool, string) {
+	var want int32
+	var last time.Time
+	for i, m := range f.members {
+		select {
+		case <-m.done:
+			return 0, last, false, fmt.Sprintf("member %d stopped: %v", i, m.runErr)
+		default:
+		}
+		gen, at, ok := m.holding()
+		switch {
+		case !ok:
+			return 0, last, false, fmt.Sprintf("member %d holds no assignment", i)
+		case gen <= after:
+			return 0, last, false, fmt.Sprintf("member %d holds generation %d", i, gen)
+		case i == 0:
+			want = gen
+		case gen != want:
+			return 0, last, false, fmt.Sprintf("member %d holds generation %d, member 0 %d", i, gen, want)
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return want, last, true, ""
+}
+
+// close stops every member (dynamic members leave the group) and waits,
+// at most until ctx ends.
+func (f *fleet) close(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, m := range f.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = m.m.Close(ctx)
+		}()
+	}
+	wg.Wait()
+	f.cancel()
+}
+
+// createTopic creates a topic, tolerating one that exists.
+func createTopic(ctx context.Context, topics cohortv1.TopicsClient, name string, partitions int32) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := topics.CreateTopic(cctx, &cohortv1.CreateTopicRequest{Name: name, Partitions: partitions})
+	if err != nil && client.Reason(err) != "TOPIC_ALREADY_EXISTS" {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cohortlabs/cohort/client"
+)
+
+func newRebalanceCommand(g *globalOptions) *cobra.Command {
+	var (
+		sizes             string
+		rounds            int
+		partitions        int32
+		sessionTimeout    time.Duration
+		heartbeatInterval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Rebalance latency: a new member's JoinGroup until every member holds the new generation",
+		Long: `rebalance forms a stable group of N members (client.Member) for each size,
+then --rounds times starts one more member and measures the time from the
+start of its Run (its first JoinGroup) until every member, the new one
+included, holds the assignment of one new generation (OnAssigned).
+
+Existing members learn of the rebalance from their next heartbeat (eager
+protocol, as in Kafka's classic coordinator), so the figure includes up to
+one --heartbeat-interval: compare it with the interval.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
+				ns, err := parseInts("sizes", sizes)
+				if err != nil {
+					return err
+				}
+				t, err := g.openTarget(ctx, "")
+				if err != nil {
+					return err
+				}
+				defer t.Close()
+				conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				if err := createTopic(ctx, conn.Topics(), "rebalance", partitions); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "rebalance latency, %s cluster, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
+					t.kind, heartbeatInterval, sessionTimeout, partitions, loadLine())
+				tb := newTable(out, "members", "rounds", "median", "max", "min", "generations/round", "form group")
+				for _, n := range ns {
+					row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval)
+					if err != nil {
+						return err
+					}
+					tb.row(row...)
+				}
+				tb.flush()
+				return ctx.Err()
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sizes, "sizes", "10,100,1000", "comma-separated group sizes")
+	f.IntVar(&rounds, "rounds", 5, "new members per size (each one rebalance)")
+	f.Int32Var(&partitions, "partitions", 1024, "partitions of the group's topic")
+	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout")
+	f.DurationVar(&heartbeatInterval, "heartbeat-interval", time.Second, "members' heartbeat interval")
+	return cmd
+}
+
+func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds int, session, hb time.Duration) ([]string, error) {
+	group := fmt.Sprintf("bench-rebalance-%d", n)
+	f := newFleet(ctx, memberOptions{
+		endpoints: t.addrs, group: group, topics: []string{"rebalance"},
+		sessionTimeout: session, heartbeatInterval: hb, logger: g.logger(),
+	})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		f.close(cctx)
+	}()
+	formStart := time.Now()
+	if _, err := f.add(n); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	gen, _, err := f.stable(sctx, client.NoGeneration)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	form := time.Since(formStart)
+	var lat []time.Duration
+	gens := 0
+	for range rounds {
+		// Let heartbeats settle into their rhythm after the last rebalance.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(hb + hb/2):
+		}
+		t0 := time.Now()
+		if _, err := f.add(1); err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		next, last, err := f.stable(sctx, gen)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, last.Sub(t0))
+		gens += int(next - gen)
+		gen = next
+	}
+	sorted := append([]time.Duration(nil), lat...)
+	med := median(sorted)
+	return []string{fmt.Sprint(n), fmt.Sprint(rounds), ms(med), ms(sorted[len(sorted)-1]), ms(sorted[0]),
+		fmt.Sprintf("%.1f", float64(gens)/float64(rounds)), form.Round(time.Millisecond).String()}, nil
+}
+
+func dialPlain(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}

@@ -1,0 +1,242 @@
+package benchcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ProcessOptions configure a cluster of real cohortd processes.
+type ProcessOptions struct {
+	// Binary is a built cohortd. Required.
+	Binary string
+	// Size is the number of nodes (default 3).
+	Size int
+	// Dir holds node<i>/ data dirs and node<i>.log. Required.
+	Dir string
+	// Args are extra cohortd flags for every node, e.g.
+	// --initial-rebalance-delay=0.
+	Args []string
+}
+
+// Processes is a cluster of cohortd processes on loopback.
+type Processes struct {
+	opts  ProcessOptions
+	addrs []string
+	args  [][]string
+
+	mu    sync.Mutex
+	procs []*process
+}
+
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // valid after exited is closed
+	log    *os.File
+}
+
+var _ Cluster = (*Processes)(nil)
+
+// StartProcesses starts Size cohortd processes forming one cluster with
+// --bootstrap-expect and waits until its leader serves. Each process gets
+// SIGKILL if this process dies (Linux parent-death signal), so a crashed
+// benchmark leaves no nodes behind.
+func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error) {
+	if opts.Size == 0 {
+		opts.Size = 3
+	}
+	if opts.Binary == "" || opts.Dir == "" {
+		return nil, errors.New("benchcluster: Binary and Dir are required")
+	}
+	if _, err := os.Stat(opts.Binary); err != nil {
+		return nil, fmt.Errorf("cohortd binary: %w (run `make build`)", err)
+	}
+	ports, err := freePorts(3 * opts.Size)
+	if err != nil {
+		return nil, err
+	}
+	c := &Processes{opts: opts, procs: make([]*process, opts.Size)}
+	for i := range opts.Size {
+		c.addrs = append(c.addrs, fmt.Sprintf("127.0.0.1:%d", ports[3*i]))
+	}
+	for i := range opts.Size {
+		args := []string{
+			"--node-id", fmt.Sprintf("node%d", i+1),
+			"--data-dir", filepath.Join(opts.Dir, fmt.Sprintf("node%d", i+1)),
+			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			"--grpc-addr", c.addrs[i],
+			"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+			"--bootstrap-expect", fmt.Sprint(opts.Size),
+			"--join", strings.Join(c.addrs, ","),
+			"--log-level", "warn",
+		}
+		c.args = append(c.args, append(args, opts.Args...))
+	}
+	for i := range opts.Size {
+		if _, err := c.start(i); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
+	probe, err := NewProbe(c.addrs)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	defer probe.Close()
+	if _, err := probe.WaitServing(ctx, c.Live); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("%w (node logs in %s)", err, opts.Dir)
+	}
+	return c, nil
+}
+
+func (c *Processes) start(i int) (*process, error) {
+	log, err := os.OpenFile(filepath.Join(c.opts.Dir, fmt.Sprintf("node%d.log", i+1)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.opts.Binary, c.args[i]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("start node %d: %w", i+1, err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{}), log: log}
+	go func() {
+		p.err = cmd.Wait()
+		_ = log.Close()
+		close(p.exited)
+	}()
+	c.mu.Lock()
+	c.procs[i] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// Addrs are the nodes' gRPC addresses.
+func (c *Processes) Addrs() []string { return append([]string(nil), c.addrs...) }
+
+// Pid is node i's process ID (0 if it is down).
+func (c *Processes) Pid(i int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.procs[i]; p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+// Live reports whether node i's process runs.
+func (c *Processes) Live(i int) bool {
+	c.mu.Lock()
+	p := c.procs[i]
+	c.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *Processes) take(i int) (*process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[i]
+	if p == nil {
+		return nil, fmt.Errorf("node %d: %w", i+1, errNotRunning)
+	}
+	c.procs[i] = nil
+	return p, nil
+}
+
+// Kill sends SIGKILL to node i and waits for it to exit.
+func (c *Processes) Kill(i int) error {
+	p, err := c.take(i)
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 node %d: %w", i+1, err)
+	}
+	<-p.exited
+	return nil
+}
+
+// Stop sends SIGTERM to node i (a leader transfers leadership, then the
+// node stops cleanly) and waits for it to exit; when ctx ends first it
+// sends SIGKILL.
+func (c *Processes) Stop(ctx context.Context, i int) error {
+	p, err := c.take(i)
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM node %d: %w", i+1, err)
+	}
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			return fmt.Errorf("node %d after SIGTERM: %w", i+1, p.err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
+		return fmt.Errorf("node %d did not stop after SIGTERM: %w; killed", i+1, ctx.Err())
+	}
+}
+
+// Restart starts node i again with the same flags and data dir.
+func (c *Processes) Restart(ctx context.Context, i int) error {
+	if c.Live(i) {
+		return fmt.Errorf("node %d is already running", i+1)
+	}
+	// The process is gone, but its ports may linger a moment.
+	for {
+		p, err := c.start(i)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-p.exited:
+			c.mu.Lock()
+			c.procs[i] = nil
+			c.mu.Unlock()
+		case <-time.After(300 * time.Millisecond):
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("restart node %d: %w (see %s)", i+1, ctx.Err(), filepath.Join(c.opts.Dir, fmt.Sprintf("node%d.log", i+1)))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops every live node with SIGTERM (SIGKILL after 15 s).
+func (c *Processes) Close() error {
+	var errs []error
+	for i := range c.procs {
+		if !c.Live(i) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		errs = append(errs, c.Stop(ctx, i))
+		cancel()
+	}
+	return errors.Join(errs...)
+}
