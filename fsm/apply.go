@@ -152,6 +152,9 @@ func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
 		return fail(err)
 	}
 	m, perr := memberFromSpec(c.GetMember())
+	if perr == nil {
+		perr = checkServerJoin(c.GetProtocolType(), m)
+	}
 	if perr != nil {
 		return fail(perr)
 	}
@@ -342,7 +345,7 @@ func (s *State) maybeCompleteJoin(now int64, g *Group, res *ApplyResult) {
 	if g.InitialDelayUntilMs > now {
 		return
 	}
-	s.completeJoin(now, g)
+	res.ServerAssignment = s.completeJoin(now, g)
 	res.JoinCompleted = true
 }
 
@@ -361,14 +364,16 @@ func (s *State) completeJoinCmd(now int64, c *fsmv1.CompleteJoin) *ApplyResult {
 		return &ApplyResult{Group: g, Err: Errorf(CodeStaleCommand, "group %q initial delay runs until %d, now is %d", g.ID, g.InitialDelayUntilMs, now)}
 	}
 	g, _ = s.mutableGroup(g.ID)
-	s.completeJoin(now, g)
-	return &ApplyResult{Group: g, JoinCompleted: true}
+	sa := s.completeJoin(now, g)
+	return &ApplyResult{Group: g, JoinCompleted: true, ServerAssignment: sa}
 }
 
 // completeJoin ends the join phase: members that did not rejoin are dropped
 // (static members are kept), the generation is bumped, the protocol is voted
-// and the leader chosen.
-func (s *State) completeJoin(now int64, g *Group) {
+// and the leader chosen. A server-side group gets its plan computed here
+// and goes straight to Stable (serverassign.go); its report is returned.
+func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
+	prev := previousAssignments(g)
 	kept := g.Members[:0:0]
 	for _, m := range g.Members {
 		if m.Joined || m.InstanceID != "" {
@@ -386,7 +391,7 @@ func (s *State) completeJoin(now int64, g *Group) {
 	}
 	if len(g.Members) == 0 {
 		g.State, g.LeaderID, g.Protocol = Empty, "", ""
-		return
+		return nil
 	}
 	order := g.JoinOrder()
 	g.Protocol = voteProtocol(order)
@@ -394,6 +399,10 @@ func (s *State) completeJoin(now int64, g *Group) {
 		g.LeaderID = order[0].ID
 	}
 	g.State = CompletingRebalance
+	if prev != nil {
+		return s.assignServerSide(now, g, prev)
+	}
+	return nil
 }
 
 // voteProtocol picks the protocol every member supports: each member votes

@@ -44,6 +44,9 @@ type ApplyResult struct {
 	Groups []GroupResult
 	// Batch holds the result of each command of a Batch, in order.
 	Batch []*ApplyResult
+	// ServerAssignment reports how a server-side group's plan was
+	// computed when this command completed its join phase (nil otherwise).
+	ServerAssignment *ServerAssignment
 }
 
 // PartitionResult is the outcome of one partition of an offset commit.

@@ -3,7 +3,11 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
+
+	"github.com/cohortlabs/cohort/assign"
 
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"pgregory.net/rapid"
@@ -17,6 +21,10 @@ var (
 	propInstances = []string{"", "", "i1", "i2"}
 	propTopics    = []string{"t1", "t2", "t3"}
 	propProtocols = [][]string{{"range"}, {"range", "roundrobin"}, {"roundrobin"}}
+	// Group g2 is mostly server-side (the FSM assigns); cooperative-sticky
+	// is refused there.
+	propServerGroup     = "g2"
+	propServerProtocols = [][]string{{"sticky"}, {"range", "sticky"}, {"consistent-hash"}, {"roundrobin"}, {"cooperative-sticky"}}
 )
 
 // genCommand draws one command, mostly plausible given the current state
@@ -54,10 +62,15 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 	case 2, 3, 4:
 		j := join{group: group, topics: topicsOf(), protocols: rapid.SampledFrom(propProtocols).Draw(rt, "protocols"),
 			delayMs: int32(rapid.SampledFrom([]int{0, 0, 500}).Draw(rt, "delay")), rebalanceMs: 3000}
+		if (group == propServerGroup) != (rapid.IntRange(0, 9).Draw(rt, "otherType") == 0) {
+			j.protocolType = ServerProtocolType
+			j.protocols = rapid.SampledFrom(propServerProtocols).Draw(rt, "serverProtocols")
+			j.metadata = genServerMetadata(rt)
+		}
 		if m := pick("member"); m != nil && rapid.Bool().Draw(rt, "known") {
 			j.member, j.instance = m.ID, m.InstanceID
 			if rapid.IntRange(0, 3).Draw(rt, "sameMeta") > 0 {
-				j.topics, j.protocols = m.Topics, nil
+				j.topics, j.protocols, j.protocolType, j.metadata = m.Topics, nil, g.ProtocolType, string(m.Protocols[0].Metadata)
 				for _, p := range m.Protocols {
 					j.protocols = append(j.protocols, p.Name)
 				}
@@ -142,6 +155,28 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 	return at(now, k)
 }
 
+// genServerMetadata draws a server-side member's metadata: none, bytes that
+// do not decode, or a subscription claiming random partitions at a random
+// generation (possibly conflicting with other members' claims).
+func genServerMetadata(rt *rapid.T) string {
+	switch rapid.IntRange(0, 3).Draw(rt, "metaKind") {
+	case 0:
+		return ""
+	case 1:
+		return "\x00\x01garbage"
+	}
+	sub := assign.Subscription{Generation: int32(rapid.IntRange(-1, 4).Draw(rt, "claimGen"))}
+	for _, t := range rapid.SliceOfNDistinct(rapid.SampledFrom(propTopics), 0, 2, rapid.ID[string]).Draw(rt, "claimTopics") {
+		ps := rapid.SliceOfNDistinct(rapid.Int32Range(0, 5), 1, 3, rapid.ID[int32]).Draw(rt, "claimPartitions")
+		sub.Owned = append(sub.Owned, assign.TopicPartitions{Topic: t, Partitions: ps})
+	}
+	b, err := assign.EncodeSubscription(sub)
+	if err != nil {
+		rt.Fatalf("encode subscription: %v", err)
+	}
+	return string(b)
+}
+
 // checkInvariants asserts what must hold after every command, given the
 // state before it (pre) and the result.
 func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *ApplyResult, preBytes, postBytes []byte) {
@@ -166,6 +201,22 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 		}
 		if g.State == Empty && len(g.Members) > 0 {
 			rt.Fatalf("group %s is Empty with %d members", id, len(g.Members))
+		}
+		if g.ProtocolType == ServerProtocolType && g.State == CompletingRebalance {
+			rt.Fatalf("server-side group %s waits for a leader's plan", id)
+		}
+		if g.ProtocolType == ServerProtocolType && g.State == Stable && res.JoinCompleted && res.Group != nil && res.Group.ID == id {
+			// The FSM's own plan leaves no partition of a subscribed topic out.
+			for _, t := range slices.Sorted(maps.Keys(post.topics)) {
+				if !slices.ContainsFunc(g.Members, func(m *Member) bool { return m.Subscribes(t) }) {
+					continue
+				}
+				for p := int32(0); p < post.topics[t]; p++ {
+					if !slices.ContainsFunc(g.Members, func(m *Member) bool { return m.Assignment.Owns(t, p) }) {
+						rt.Fatalf("server-side group %s: %s/%d unassigned after %v (%+v)", id, t, p, cmd, res.ServerAssignment)
+					}
+				}
+			}
 		}
 		if g.State != Stable {
 			continue
