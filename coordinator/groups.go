@@ -30,6 +30,15 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 		return nil, fsm.Errorf(fsm.CodeInvalidSessionTimeout, "session_timeout_ms %d is outside the configured [%d, %d]",
 			r.GetSessionTimeoutMs(), e.cfg.MinSessionTimeout.Milliseconds(), e.cfg.MaxSessionTimeout.Milliseconds())
 	}
+	if r.GetProtocolType() == fsm.ServerProtocolType {
+		names := make([]string, len(r.GetProtocols()))
+		for i, p := range r.GetProtocols() {
+			names[i] = p.GetName()
+		}
+		if err := fsm.CheckServerProtocols(r.GetMemberId(), names); err != nil {
+			return nil, err
+		}
+	}
 	if err := e.awaitServing(ctx); err != nil {
 		return nil, err
 	}
@@ -88,6 +97,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	if res.Err != nil {
 		return nil, res.Err
 	}
+	e.logServerAssignment(res)
 	if newMember {
 		e.mu.Lock()
 		delete(e.pending, memberKey{r.GetGroupId(), r.GetMemberId()})
@@ -107,12 +117,31 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	return joinResponse(g, memberID, e.fsm), nil
 }
 
+// logServerAssignment records how the FSM computed a server-side plan when
+// the command completed a join phase: one line per rebalance, a warning when
+// the FSM had to fall back (undecodable metadata, a failing assignor).
+func (e *Engine) logServerAssignment(res *fsm.ApplyResult) {
+	sa := res.ServerAssignment
+	if sa == nil || res.Group == nil {
+		return
+	}
+	if len(sa.Notes) > 0 {
+		e.log.Warn("server-side assignment fell back", "group", res.Group.ID, "generation", res.Group.Generation,
+			"protocol", res.Group.Protocol, "assignor", sa.Assignor, "notes", sa.Notes)
+		return
+	}
+	e.log.Info("server-side assignment", "group", res.Group.ID, "generation", res.Group.Generation, "assignor", sa.Assignor,
+		"members", len(res.Group.Members), "record_claims", sa.RecordClaims, "metadata_claims", sa.MetadataClaims)
+}
+
 // joinResponse is a member's answer for the group's current generation.
+// Only a client-side group's leader gets the members and topics: in a
+// server-side group the FSM has already assigned.
 func joinResponse(g *fsm.Group, memberID string, f *fsm.FSM) *cohortv1.JoinGroupResponse {
 	resp := &cohortv1.JoinGroupResponse{
 		Generation: g.Generation, Protocol: g.Protocol, LeaderId: g.LeaderID, MemberId: memberID,
 	}
-	if memberID != g.LeaderID {
+	if memberID != g.LeaderID || g.ProtocolType == fsm.ServerProtocolType {
 		return resp
 	}
 	var topics []string
@@ -266,6 +295,7 @@ func (e *Engine) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) 
 	if res.Err != nil {
 		return nil, res.Err
 	}
+	e.logServerAssignment(res)
 	resp := &cohortv1.LeaveGroupResponse{}
 	for _, m := range res.Members {
 		code, msg := itemError(m.Err)
