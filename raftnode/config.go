@@ -125,6 +125,22 @@ type Config struct {
 	// PollInterval paces formation polling and registration retries.
 	PollInterval time.Duration
 
+	// AdminToken, when set, is required as `authorization: Bearer <token>`
+	// on every ClusterService call except NodeInfo and Health, and is sent
+	// by this node on its own calls to other nodes.
+	AdminToken string
+	// PromoteMaxLag is the largest number of log entries a non-voter may
+	// be behind the leader and still be promoted (DefaultPromoteMaxLag).
+	PromoteMaxLag uint64
+	// HealthyLastContact is how long a server may go without hearing from
+	// the leader and still count as healthy (DefaultHealthyLastContact).
+	HealthyLastContact time.Duration
+	// JoinAsNonvoter keeps a node that joins through Join (without
+	// BootstrapExpect) a non-voter instead of asking for its promotion.
+	JoinAsNonvoter bool
+	// Autopilot configures the leader's autopilot; off unless Enabled.
+	Autopilot AutopilotConfig
+
 	// Logger receives the node's and raft's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Peers reaches other nodes' ClusterService. Default: a gRPC client
@@ -156,6 +172,11 @@ func (c Config) WithDefaults() Config {
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = DefaultMaxAppendEntries
 	}
+	if c.PromoteMaxLag == 0 {
+		c.PromoteMaxLag = DefaultPromoteMaxLag
+	}
+	setDur(&c.HealthyLastContact, DefaultHealthyLastContact)
+	c.Autopilot = c.Autopilot.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -230,6 +251,12 @@ func (c Config) Validate() error {
 	if c.ApplyTimeout <= 0 || c.FormationTimeout <= 0 || c.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("apply timeout %s, formation timeout %s, poll interval %s: must be positive",
 			c.ApplyTimeout, c.FormationTimeout, c.PollInterval))
+	}
+	if c.HealthyLastContact <= 0 {
+		errs = append(errs, fmt.Errorf("healthy last contact %s: must be positive", c.HealthyLastContact))
+	}
+	if err := c.Autopilot.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

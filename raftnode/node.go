@@ -70,6 +70,15 @@ type Node struct {
 	// raftStopped is closed once raft has shut down.
 	raftStopped chan struct{}
 
+	// probes is the leader's knowledge of every server (admin.go).
+	probes probes
+	// removed is closed when this node finds itself removed from the
+	// cluster (membership.go).
+	removed     chan struct{}
+	removedOnce sync.Once
+	// autopilot is the leader's autopilot runner; nil when disabled.
+	autopilot *autopilotRunner
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 
@@ -106,13 +115,14 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		notifyCh: make(chan bool, 16),
 		subs:     map[*LeadershipSubscription]struct{}{},
 		regDone:  make(chan struct{}),
+		removed:  make(chan struct{}),
 		formDone: make(chan struct{}),
 		now:      time.Now,
 
 		raftStopped: make(chan struct{}),
 	}
 	if n.peers == nil {
-		n.peers = NewGRPCPeerClient()
+		n.peers = NewGRPCPeerClient().WithToken(cfg.AdminToken)
 		n.ownPeers = true
 	}
 	if err := n.open(); err != nil {
@@ -120,10 +130,17 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, err
 	}
 	n.bg, n.stopBG = context.WithCancel(context.Background())
-	n.bgWG.Add(3)
+	n.bgWG.Add(5)
 	go n.fanOutLeadership()
 	go n.runFormation()
 	go n.runRegistration()
+	go n.watchRemoval()
+	go n.runJoin()
+	if cfg.Autopilot.Enabled {
+		n.autopilot = newAutopilotRunner(n)
+		n.bgWG.Add(1)
+		go n.autopilot.run()
+	}
 	return n, nil
 }
 

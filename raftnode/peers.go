@@ -8,6 +8,7 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // PeerClient reaches another node's ClusterService. Formation and
@@ -22,6 +23,8 @@ type PeerClient interface {
 // address. It uses no TLS (TLS is configured by cohortd later).
 type GRPCPeerClient struct {
 	opts []grpc.DialOption
+	// token, when set, is sent as the admin bearer token on every call.
+	token string
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -34,6 +37,53 @@ func NewGRPCPeerClient(opts ...grpc.DialOption) *GRPCPeerClient {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	return &GRPCPeerClient{opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+// WithToken makes the client send token as the admin bearer token.
+func (c *GRPCPeerClient) WithToken(token string) *GRPCPeerClient {
+	c.token = token
+	return c
+}
+
+func (c *GRPCPeerClient) outgoing(ctx context.Context) context.Context {
+	if c.token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, AuthorizationHeader, "Bearer "+c.token)
+}
+
+// Cluster returns a ClusterService client for the node at addr over the
+// shared connection. Calls through it carry no token unless the caller
+// adds one.
+func (c *GRPCPeerClient) Cluster(addr string) (cohortv1.ClusterServiceClient, error) {
+	return c.client(addr)
+}
+
+// AddNonvoter asks the node at addr (any node: it forwards to the leader)
+// to add a non-voter.
+func (c *GRPCPeerClient) AddNonvoter(ctx context.Context, addr string, req *cohortv1.AddNonvoterRequest) (*cohortv1.AddNonvoterResponse, error) {
+	cl, err := c.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.AddNonvoter(c.outgoing(ctx), req)
+	if err != nil {
+		return nil, fmt.Errorf("add non-voter %q at %s: %w", req.GetNodeId(), addr, err)
+	}
+	return resp, nil
+}
+
+// Promote asks the node at addr to promote a non-voter.
+func (c *GRPCPeerClient) Promote(ctx context.Context, addr string, req *cohortv1.PromoteRequest) (*cohortv1.PromoteResponse, error) {
+	cl, err := c.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.Promote(c.outgoing(ctx), req)
+	if err != nil {
+		return nil, fmt.Errorf("promote %q at %s: %w", req.GetNodeId(), addr, err)
+	}
+	return resp, nil
 }
 
 func (c *GRPCPeerClient) client(addr string) (cohortv1.ClusterServiceClient, error) {
@@ -74,7 +124,7 @@ func (c *GRPCPeerClient) RegisterNode(ctx context.Context, addr string, req *coh
 	if err != nil {
 		return nil, err
 	}
-	resp, err := cl.RegisterNode(ctx, req)
+	resp, err := cl.RegisterNode(c.outgoing(ctx), req)
 	if err != nil {
 		return nil, fmt.Errorf("register node %q at %s: %w", req.GetNodeId(), addr, err)
 	}

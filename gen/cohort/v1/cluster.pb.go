@@ -140,8 +140,13 @@ type NodeInfoResponse struct {
 	// The --bootstrap-expect the node was started with (0 when none), so a
 	// misconfigured peer is visible during formation.
 	BootstrapExpect int32 `protobuf:"varint,13,opt,name=bootstrap_expect,json=bootstrapExpect,proto3" json:"bootstrap_expect,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Milliseconds since this node last heard from the leader: 0 on the
+	// leader, -1 when it never has.
+	LastContactMs int64 `protobuf:"varint,14,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	// The node runs autopilot when it leads.
+	AutopilotEnabled bool `protobuf:"varint,15,opt,name=autopilot_enabled,json=autopilotEnabled,proto3" json:"autopilot_enabled,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeInfoResponse) Reset() {
@@ -265,6 +270,20 @@ func (x *NodeInfoResponse) GetBootstrapExpect() int32 {
 	return 0
 }
 
+func (x *NodeInfoResponse) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *NodeInfoResponse) GetAutopilotEnabled() bool {
+	if x != nil {
+		return x.AutopilotEnabled
+	}
+	return false
+}
+
 type RegisterNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -370,12 +389,1632 @@ func (x *RegisterNodeResponse) GetIndex() uint64 {
 	return 0
 }
 
+type HealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthRequest) Reset() {
+	*x = HealthRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthRequest) ProtoMessage() {}
+
+func (x *HealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
+func (*HealthRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+type HealthResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node runs and knows a leader.
+	Healthy bool `protobuf:"varint,1,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Why the node is not healthy; empty when it is.
+	Reason            string    `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	NodeId            string    `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	State             RaftState `protobuf:"varint,4,opt,name=state,proto3,enum=cohort.v1.RaftState" json:"state,omitempty"`
+	LeaderId          string    `protobuf:"bytes,5,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderGrpcAddress string    `protobuf:"bytes,6,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
+	Term              uint64    `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex       uint64    `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex      uint64    `protobuf:"varint,9,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *HealthResponse) Reset() {
+	*x = HealthResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthResponse) ProtoMessage() {}
+
+func (x *HealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
+func (*HealthResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HealthResponse) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *HealthResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetState() RaftState {
+	if x != nil {
+		return x.State
+	}
+	return RaftState_RAFT_STATE_UNSPECIFIED
+}
+
+func (x *HealthResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetLeaderGrpcAddress() string {
+	if x != nil {
+		return x.LeaderGrpcAddress
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *HealthResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *HealthResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+// ServerStatus is one server of the Raft configuration as the leader sees it.
+type ServerStatus struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	// From the replicated node registry; empty when the node never registered.
+	GrpcAddress string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	Voter       bool   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader      bool   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The server's own Raft state as it reported it; UNSPECIFIED when it did
+	// not answer.
+	State RaftState `protobuf:"varint,6,opt,name=state,proto3,enum=cohort.v1.RaftState" json:"state,omitempty"`
+	// Milliseconds since the server last heard from the leader (0 for the
+	// leader); -1 when unknown.
+	LastContactMs int64  `protobuf:"varint,7,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	LastIndex     uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	// Entries the server's log is behind the leader's.
+	Lag     uint64 `protobuf:"varint,9,opt,name=lag,proto3" json:"lag,omitempty"`
+	Healthy bool   `protobuf:"varint,10,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Why the server is not healthy; empty when it is.
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What autopilot makes of the server (leader, voter, non-voter,
+	// staging); empty when autopilot is off.
+	AutopilotState string `protobuf:"bytes,12,opt,name=autopilot_state,json=autopilotState,proto3" json:"autopilot_state,omitempty"`
+	// Unix milliseconds since when autopilot has seen the server healthy
+	// without interruption; 0 when unknown.
+	StableSinceUnixMs int64 `protobuf:"varint,13,opt,name=stable_since_unix_ms,json=stableSinceUnixMs,proto3" json:"stable_since_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ServerStatus) Reset() {
+	*x = ServerStatus{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerStatus) ProtoMessage() {}
+
+func (x *ServerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
+func (*ServerStatus) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServerStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ServerStatus) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *ServerStatus) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *ServerStatus) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *ServerStatus) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *ServerStatus) GetState() RaftState {
+	if x != nil {
+		return x.State
+	}
+	return RaftState_RAFT_STATE_UNSPECIFIED
+}
+
+func (x *ServerStatus) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *ServerStatus) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *ServerStatus) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *ServerStatus) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *ServerStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServerStatus) GetAutopilotState() string {
+	if x != nil {
+		return x.AutopilotState
+	}
+	return ""
+}
+
+func (x *ServerStatus) GetStableSinceUnixMs() int64 {
+	if x != nil {
+		return x.StableSinceUnixMs
+	}
+	return 0
+}
+
+type AutopilotStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Every voter is healthy and the failure tolerance is at least 0.
+	Healthy bool `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Voters that could fail with a quorum left.
+	FailureTolerance          int32  `protobuf:"varint,3,opt,name=failure_tolerance,json=failureTolerance,proto3" json:"failure_tolerance,omitempty"`
+	CleanupDeadServers        bool   `protobuf:"varint,4,opt,name=cleanup_dead_servers,json=cleanupDeadServers,proto3" json:"cleanup_dead_servers,omitempty"`
+	DeadServerThresholdMs     int64  `protobuf:"varint,5,opt,name=dead_server_threshold_ms,json=deadServerThresholdMs,proto3" json:"dead_server_threshold_ms,omitempty"`
+	ServerStabilizationTimeMs int64  `protobuf:"varint,6,opt,name=server_stabilization_time_ms,json=serverStabilizationTimeMs,proto3" json:"server_stabilization_time_ms,omitempty"`
+	MinQuorum                 uint32 `protobuf:"varint,7,opt,name=min_quorum,json=minQuorum,proto3" json:"min_quorum,omitempty"`
+	MaxTrailingLogs           uint64 `protobuf:"varint,8,opt,name=max_trailing_logs,json=maxTrailingLogs,proto3" json:"max_trailing_logs,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *AutopilotStatus) Reset() {
+	*x = AutopilotStatus{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutopilotStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutopilotStatus) ProtoMessage() {}
+
+func (x *AutopilotStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutopilotStatus.ProtoReflect.Descriptor instead.
+func (*AutopilotStatus) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AutopilotStatus) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *AutopilotStatus) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *AutopilotStatus) GetFailureTolerance() int32 {
+	if x != nil {
+		return x.FailureTolerance
+	}
+	return 0
+}
+
+func (x *AutopilotStatus) GetCleanupDeadServers() bool {
+	if x != nil {
+		return x.CleanupDeadServers
+	}
+	return false
+}
+
+func (x *AutopilotStatus) GetDeadServerThresholdMs() int64 {
+	if x != nil {
+		return x.DeadServerThresholdMs
+	}
+	return 0
+}
+
+func (x *AutopilotStatus) GetServerStabilizationTimeMs() int64 {
+	if x != nil {
+		return x.ServerStabilizationTimeMs
+	}
+	return 0
+}
+
+func (x *AutopilotStatus) GetMinQuorum() uint32 {
+	if x != nil {
+		return x.MinQuorum
+	}
+	return 0
+}
+
+func (x *AutopilotStatus) GetMaxTrailingLogs() uint64 {
+	if x != nil {
+		return x.MaxTrailingLogs
+	}
+	return 0
+}
+
+type StatusResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId          string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderRaftAddress string                 `protobuf:"bytes,2,opt,name=leader_raft_address,json=leaderRaftAddress,proto3" json:"leader_raft_address,omitempty"`
+	LeaderGrpcAddress string                 `protobuf:"bytes,3,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
+	Term              uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex       uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex      uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastIndex         uint64                 `protobuf:"varint,7,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	Servers           []*ServerStatus        `protobuf:"bytes,8,rep,name=servers,proto3" json:"servers,omitempty"`
+	Autopilot         *AutopilotStatus       `protobuf:"bytes,9,opt,name=autopilot,proto3" json:"autopilot,omitempty"`
+	// The largest lag at which Promote accepts a server.
+	PromoteMaxLag uint64 `protobuf:"varint,10,opt,name=promote_max_lag,json=promoteMaxLag,proto3" json:"promote_max_lag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StatusResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderRaftAddress() string {
+	if x != nil {
+		return x.LeaderRaftAddress
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderGrpcAddress() string {
+	if x != nil {
+		return x.LeaderGrpcAddress
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetServers() []*ServerStatus {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetAutopilot() *AutopilotStatus {
+	if x != nil {
+		return x.Autopilot
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetPromoteMaxLag() uint64 {
+	if x != nil {
+		return x.PromoteMaxLag
+	}
+	return 0
+}
+
+type AddNonvoterRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	// Recorded in the node registry when given.
+	GrpcAddress   string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNonvoterRequest) Reset() {
+	*x = AddNonvoterRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNonvoterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNonvoterRequest) ProtoMessage() {}
+
+func (x *AddNonvoterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNonvoterRequest.ProtoReflect.Descriptor instead.
+func (*AddNonvoterRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AddNonvoterRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AddNonvoterRequest) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *AddNonvoterRequest) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+type AddNonvoterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the server was already in the configuration (idempotent retry).
+	Changed bool `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	// What happened, in words.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The leader runs autopilot, which promotes the server once it is stable.
+	AutopilotEnabled bool `protobuf:"varint,3,opt,name=autopilot_enabled,json=autopilotEnabled,proto3" json:"autopilot_enabled,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AddNonvoterResponse) Reset() {
+	*x = AddNonvoterResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNonvoterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNonvoterResponse) ProtoMessage() {}
+
+func (x *AddNonvoterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNonvoterResponse.ProtoReflect.Descriptor instead.
+func (*AddNonvoterResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AddNonvoterResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *AddNonvoterResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AddNonvoterResponse) GetAutopilotEnabled() bool {
+	if x != nil {
+		return x.AutopilotEnabled
+	}
+	return false
+}
+
+type AddVoterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	GrpcAddress   string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddVoterRequest) Reset() {
+	*x = AddVoterRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddVoterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddVoterRequest) ProtoMessage() {}
+
+func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
+func (*AddVoterRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AddVoterRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AddVoterRequest) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *AddVoterRequest) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+type AddVoterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddVoterResponse) Reset() {
+	*x = AddVoterResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddVoterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddVoterResponse) ProtoMessage() {}
+
+func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
+func (*AddVoterResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AddVoterResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *AddVoterResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type PromoteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteRequest) Reset() {
+	*x = PromoteRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteRequest) ProtoMessage() {}
+
+func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
+func (*PromoteRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PromoteRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type PromoteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteResponse) Reset() {
+	*x = PromoteResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteResponse) ProtoMessage() {}
+
+func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
+func (*PromoteResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PromoteResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *PromoteResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type DemoteRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Demote even when fewer healthy voters than a quorum would be left.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DemoteRequest) Reset() {
+	*x = DemoteRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DemoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DemoteRequest) ProtoMessage() {}
+
+func (x *DemoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DemoteRequest.ProtoReflect.Descriptor instead.
+func (*DemoteRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DemoteRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DemoteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DemoteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DemoteResponse) Reset() {
+	*x = DemoteResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DemoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DemoteResponse) ProtoMessage() {}
+
+func (x *DemoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DemoteResponse.ProtoReflect.Descriptor instead.
+func (*DemoteResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DemoteResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *DemoteResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type RemoveServerRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Remove even when fewer healthy voters than a quorum would be left.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveServerRequest) Reset() {
+	*x = RemoveServerRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveServerRequest) ProtoMessage() {}
+
+func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
+func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RemoveServerRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveServerRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveServerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveServerResponse) Reset() {
+	*x = RemoveServerResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveServerResponse) ProtoMessage() {}
+
+func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
+func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RemoveServerResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *RemoveServerResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type TransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The voter to transfer to; empty for any.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipRequest) Reset() {
+	*x = TransferLeadershipRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipRequest) ProtoMessage() {}
+
+func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TransferLeadershipRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type TransferLeadershipResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	LeaderId      string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipResponse) Reset() {
+	*x = TransferLeadershipResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipResponse) ProtoMessage() {}
+
+func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TransferLeadershipResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *TransferLeadershipResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TransferLeadershipResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+type SnapshotSaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSaveRequest) Reset() {
+	*x = SnapshotSaveRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSaveRequest) ProtoMessage() {}
+
+func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+// SnapshotMetadata describes a saved snapshot.
+type SnapshotMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version of the FSM's snapshot encoding inside.
+	FsmFormatVersion uint32 `protobuf:"varint,1,opt,name=fsm_format_version,json=fsmFormatVersion,proto3" json:"fsm_format_version,omitempty"`
+	// The Raft index and term of the last entry the snapshot contains.
+	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// The node that produced it and when (Unix milliseconds).
+	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CreatedUnixMs int64  `protobuf:"varint,5,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotMetadata) Reset() {
+	*x = SnapshotMetadata{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotMetadata) ProtoMessage() {}
+
+func (x *SnapshotMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotMetadata.ProtoReflect.Descriptor instead.
+func (*SnapshotMetadata) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SnapshotMetadata) GetFsmFormatVersion() uint32 {
+	if x != nil {
+		return x.FsmFormatVersion
+	}
+	return 0
+}
+
+func (x *SnapshotMetadata) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotMetadata) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotMetadata) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SnapshotMetadata) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+// SnapshotTrailer closes a snapshot stream or file.
+type SnapshotTrailer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of snapshot data.
+	Size uint64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// SHA-256 of the data.
+	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTrailer) Reset() {
+	*x = SnapshotTrailer{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTrailer) ProtoMessage() {}
+
+func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
+func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SnapshotTrailer) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotTrailer) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+type SnapshotSaveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*SnapshotSaveResponse_Metadata
+	//	*SnapshotSaveResponse_Data
+	//	*SnapshotSaveResponse_Trailer
+	Part          isSnapshotSaveResponse_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSaveResponse) Reset() {
+	*x = SnapshotSaveResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSaveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSaveResponse) ProtoMessage() {}
+
+func (x *SnapshotSaveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSaveResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotSaveResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SnapshotSaveResponse) GetPart() isSnapshotSaveResponse_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *SnapshotSaveResponse) GetMetadata() *SnapshotMetadata {
+	if x != nil {
+		if x, ok := x.Part.(*SnapshotSaveResponse_Metadata); ok {
+			return x.Metadata
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotSaveResponse) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*SnapshotSaveResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotSaveResponse) GetTrailer() *SnapshotTrailer {
+	if x != nil {
+		if x, ok := x.Part.(*SnapshotSaveResponse_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
+type isSnapshotSaveResponse_Part interface {
+	isSnapshotSaveResponse_Part()
+}
+
+type SnapshotSaveResponse_Metadata struct {
+	Metadata *SnapshotMetadata `protobuf:"bytes,1,opt,name=metadata,proto3,oneof"`
+}
+
+type SnapshotSaveResponse_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type SnapshotSaveResponse_Trailer struct {
+	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+}
+
+func (*SnapshotSaveResponse_Metadata) isSnapshotSaveResponse_Part() {}
+
+func (*SnapshotSaveResponse_Data) isSnapshotSaveResponse_Part() {}
+
+func (*SnapshotSaveResponse_Trailer) isSnapshotSaveResponse_Part() {}
+
+type SnapshotRestoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*SnapshotRestoreRequest_Metadata
+	//	*SnapshotRestoreRequest_Data
+	//	*SnapshotRestoreRequest_Trailer
+	Part          isSnapshotRestoreRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreRequest) Reset() {
+	*x = SnapshotRestoreRequest{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreRequest) ProtoMessage() {}
+
+func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SnapshotRestoreRequest) GetPart() isSnapshotRestoreRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *SnapshotRestoreRequest) GetMetadata() *SnapshotMetadata {
+	if x != nil {
+		if x, ok := x.Part.(*SnapshotRestoreRequest_Metadata); ok {
+			return x.Metadata
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRestoreRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*SnapshotRestoreRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRestoreRequest) GetTrailer() *SnapshotTrailer {
+	if x != nil {
+		if x, ok := x.Part.(*SnapshotRestoreRequest_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
+type isSnapshotRestoreRequest_Part interface {
+	isSnapshotRestoreRequest_Part()
+}
+
+type SnapshotRestoreRequest_Metadata struct {
+	Metadata *SnapshotMetadata `protobuf:"bytes,1,opt,name=metadata,proto3,oneof"`
+}
+
+type SnapshotRestoreRequest_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type SnapshotRestoreRequest_Trailer struct {
+	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+}
+
+func (*SnapshotRestoreRequest_Metadata) isSnapshotRestoreRequest_Part() {}
+
+func (*SnapshotRestoreRequest_Data) isSnapshotRestoreRequest_Part() {}
+
+func (*SnapshotRestoreRequest_Trailer) isSnapshotRestoreRequest_Part() {}
+
+type SnapshotRestoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft index the restored state stands at on the cluster.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreResponse) Reset() {
+	*x = SnapshotRestoreResponse{}
+	mi := &file_cohort_v1_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreResponse) ProtoMessage() {}
+
+func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SnapshotRestoreResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_cohort_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_cohort_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x17cohort/v1/cluster.proto\x12\tcohort.v1\"\x11\n" +
-	"\x0fNodeInfoRequest\"\xdd\x03\n" +
+	"\x0fNodeInfoRequest\"\xb2\x04\n" +
 	"\x10NodeInfoResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
@@ -391,22 +2030,146 @@ const file_cohort_v1_cluster_proto_rawDesc = "" +
 	" \x01(\x04R\tlastIndex\x12!\n" +
 	"\fcommit_index\x18\v \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\f \x01(\x04R\fappliedIndex\x12)\n" +
-	"\x10bootstrap_expect\x18\r \x01(\x05R\x0fbootstrapExpect\"t\n" +
+	"\x10bootstrap_expect\x18\r \x01(\x05R\x0fbootstrapExpect\x12&\n" +
+	"\x0flast_contact_ms\x18\x0e \x01(\x03R\rlastContactMs\x12+\n" +
+	"\x11autopilot_enabled\x18\x0f \x01(\bR\x10autopilotEnabled\"t\n" +
 	"\x13RegisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\",\n" +
 	"\x14RegisterNodeResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index*\x8a\x01\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
+	"\rHealthRequest\"\xb0\x02\n" +
+	"\x0eHealthResponse\x12\x18\n" +
+	"\ahealthy\x18\x01 \x01(\bR\ahealthy\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12*\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x14.cohort.v1.RaftStateR\x05state\x12\x1b\n" +
+	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x12.\n" +
+	"\x13leader_grpc_address\x18\x06 \x01(\tR\x11leaderGrpcAddress\x12\x12\n" +
+	"\x04term\x18\a \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\"\x0f\n" +
+	"\rStatusRequest\"\xac\x03\n" +
+	"\fServerStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12*\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x14.cohort.v1.RaftStateR\x05state\x12&\n" +
+	"\x0flast_contact_ms\x18\a \x01(\x03R\rlastContactMs\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\b \x01(\x04R\tlastIndex\x12\x10\n" +
+	"\x03lag\x18\t \x01(\x04R\x03lag\x12\x18\n" +
+	"\ahealthy\x18\n" +
+	" \x01(\bR\ahealthy\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12'\n" +
+	"\x0fautopilot_state\x18\f \x01(\tR\x0eautopilotState\x12/\n" +
+	"\x14stable_since_unix_ms\x18\r \x01(\x03R\x11stableSinceUnixMs\"\xe9\x02\n" +
+	"\x0fAutopilotStatus\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x18\n" +
+	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12+\n" +
+	"\x11failure_tolerance\x18\x03 \x01(\x05R\x10failureTolerance\x120\n" +
+	"\x14cleanup_dead_servers\x18\x04 \x01(\bR\x12cleanupDeadServers\x127\n" +
+	"\x18dead_server_threshold_ms\x18\x05 \x01(\x03R\x15deadServerThresholdMs\x12?\n" +
+	"\x1cserver_stabilization_time_ms\x18\x06 \x01(\x03R\x19serverStabilizationTimeMs\x12\x1d\n" +
+	"\n" +
+	"min_quorum\x18\a \x01(\rR\tminQuorum\x12*\n" +
+	"\x11max_trailing_logs\x18\b \x01(\x04R\x0fmaxTrailingLogs\"\x9d\x03\n" +
+	"\x0eStatusResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12.\n" +
+	"\x13leader_raft_address\x18\x02 \x01(\tR\x11leaderRaftAddress\x12.\n" +
+	"\x13leader_grpc_address\x18\x03 \x01(\tR\x11leaderGrpcAddress\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\a \x01(\x04R\tlastIndex\x121\n" +
+	"\aservers\x18\b \x03(\v2\x17.cohort.v1.ServerStatusR\aservers\x128\n" +
+	"\tautopilot\x18\t \x01(\v2\x1a.cohort.v1.AutopilotStatusR\tautopilot\x12&\n" +
+	"\x0fpromote_max_lag\x18\n" +
+	" \x01(\x04R\rpromoteMaxLag\"s\n" +
+	"\x12AddNonvoterRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\"v\n" +
+	"\x13AddNonvoterResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
+	"\x11autopilot_enabled\x18\x03 \x01(\bR\x10autopilotEnabled\"p\n" +
+	"\x0fAddVoterRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\"F\n" +
+	"\x10AddVoterResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\")\n" +
+	"\x0ePromoteRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"E\n" +
+	"\x0fPromoteResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\">\n" +
+	"\rDemoteRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"D\n" +
+	"\x0eDemoteResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"D\n" +
+	"\x13RemoveServerRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"J\n" +
+	"\x14RemoveServerResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"4\n" +
+	"\x19TransferLeadershipRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"m\n" +
+	"\x1aTransferLeadershipResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\"\x15\n" +
+	"\x13SnapshotSaveRequest\"\xab\x01\n" +
+	"\x10SnapshotMetadata\x12,\n" +
+	"\x12fsm_format_version\x18\x01 \x01(\rR\x10fsmFormatVersion\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x05 \x01(\x03R\rcreatedUnixMs\"=\n" +
+	"\x0fSnapshotTrailer\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\"\xa7\x01\n" +
+	"\x14SnapshotSaveResponse\x129\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.cohort.v1.SnapshotMetadataH\x00R\bmetadata\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x126\n" +
+	"\atrailer\x18\x03 \x01(\v2\x1a.cohort.v1.SnapshotTrailerH\x00R\atrailerB\x06\n" +
+	"\x04part\"\xa9\x01\n" +
+	"\x16SnapshotRestoreRequest\x129\n" +
+	"\bmetadata\x18\x01 \x01(\v2\x1b.cohort.v1.SnapshotMetadataH\x00R\bmetadata\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x126\n" +
+	"\atrailer\x18\x03 \x01(\v2\x1a.cohort.v1.SnapshotTrailerH\x00R\atrailerB\x06\n" +
+	"\x04part\"I\n" +
+	"\x17SnapshotRestoreResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\x8a\x01\n" +
 	"\tRaftState\x12\x1a\n" +
 	"\x16RAFT_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RAFT_STATE_FOLLOWER\x10\x01\x12\x18\n" +
 	"\x14RAFT_STATE_CANDIDATE\x10\x02\x12\x15\n" +
 	"\x11RAFT_STATE_LEADER\x10\x03\x12\x17\n" +
-	"\x13RAFT_STATE_SHUTDOWN\x10\x042\xa6\x01\n" +
+	"\x13RAFT_STATE_SHUTDOWN\x10\x042\x9b\a\n" +
 	"\x0eClusterService\x12C\n" +
 	"\bNodeInfo\x12\x1a.cohort.v1.NodeInfoRequest\x1a\x1b.cohort.v1.NodeInfoResponse\x12O\n" +
-	"\fRegisterNode\x12\x1e.cohort.v1.RegisterNodeRequest\x1a\x1f.cohort.v1.RegisterNodeResponseB5Z3github.com/cohortlabs/cohort/gen/cohort/v1;cohortv1b\x06proto3"
+	"\fRegisterNode\x12\x1e.cohort.v1.RegisterNodeRequest\x1a\x1f.cohort.v1.RegisterNodeResponse\x12=\n" +
+	"\x06Health\x12\x18.cohort.v1.HealthRequest\x1a\x19.cohort.v1.HealthResponse\x12=\n" +
+	"\x06Status\x12\x18.cohort.v1.StatusRequest\x1a\x19.cohort.v1.StatusResponse\x12L\n" +
+	"\vAddNonvoter\x12\x1d.cohort.v1.AddNonvoterRequest\x1a\x1e.cohort.v1.AddNonvoterResponse\x12C\n" +
+	"\bAddVoter\x12\x1a.cohort.v1.AddVoterRequest\x1a\x1b.cohort.v1.AddVoterResponse\x12@\n" +
+	"\aPromote\x12\x19.cohort.v1.PromoteRequest\x1a\x1a.cohort.v1.PromoteResponse\x12=\n" +
+	"\x06Demote\x12\x18.cohort.v1.DemoteRequest\x1a\x19.cohort.v1.DemoteResponse\x12O\n" +
+	"\fRemoveServer\x12\x1e.cohort.v1.RemoveServerRequest\x1a\x1f.cohort.v1.RemoveServerResponse\x12a\n" +
+	"\x12TransferLeadership\x12$.cohort.v1.TransferLeadershipRequest\x1a%.cohort.v1.TransferLeadershipResponse\x12Q\n" +
+	"\fSnapshotSave\x12\x1e.cohort.v1.SnapshotSaveRequest\x1a\x1f.cohort.v1.SnapshotSaveResponse0\x01\x12Z\n" +
+	"\x0fSnapshotRestore\x12!.cohort.v1.SnapshotRestoreRequest\x1a\".cohort.v1.SnapshotRestoreResponse(\x01B5Z3github.com/cohortlabs/cohort/gen/cohort/v1;cohortv1b\x06proto3"
 
 var (
 	file_cohort_v1_cluster_proto_rawDescOnce sync.Once
@@ -421,25 +2184,77 @@ func file_cohort_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_cohort_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_cohort_v1_cluster_proto_goTypes = []any{
-	(RaftState)(0),               // 0: cohort.v1.RaftState
-	(*NodeInfoRequest)(nil),      // 1: cohort.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),     // 2: cohort.v1.NodeInfoResponse
-	(*RegisterNodeRequest)(nil),  // 3: cohort.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil), // 4: cohort.v1.RegisterNodeResponse
+	(RaftState)(0),                     // 0: cohort.v1.RaftState
+	(*NodeInfoRequest)(nil),            // 1: cohort.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),           // 2: cohort.v1.NodeInfoResponse
+	(*RegisterNodeRequest)(nil),        // 3: cohort.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),       // 4: cohort.v1.RegisterNodeResponse
+	(*HealthRequest)(nil),              // 5: cohort.v1.HealthRequest
+	(*HealthResponse)(nil),             // 6: cohort.v1.HealthResponse
+	(*StatusRequest)(nil),              // 7: cohort.v1.StatusRequest
+	(*ServerStatus)(nil),               // 8: cohort.v1.ServerStatus
+	(*AutopilotStatus)(nil),            // 9: cohort.v1.AutopilotStatus
+	(*StatusResponse)(nil),             // 10: cohort.v1.StatusResponse
+	(*AddNonvoterRequest)(nil),         // 11: cohort.v1.AddNonvoterRequest
+	(*AddNonvoterResponse)(nil),        // 12: cohort.v1.AddNonvoterResponse
+	(*AddVoterRequest)(nil),            // 13: cohort.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),           // 14: cohort.v1.AddVoterResponse
+	(*PromoteRequest)(nil),             // 15: cohort.v1.PromoteRequest
+	(*PromoteResponse)(nil),            // 16: cohort.v1.PromoteResponse
+	(*DemoteRequest)(nil),              // 17: cohort.v1.DemoteRequest
+	(*DemoteResponse)(nil),             // 18: cohort.v1.DemoteResponse
+	(*RemoveServerRequest)(nil),        // 19: cohort.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 20: cohort.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 21: cohort.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 22: cohort.v1.TransferLeadershipResponse
+	(*SnapshotSaveRequest)(nil),        // 23: cohort.v1.SnapshotSaveRequest
+	(*SnapshotMetadata)(nil),           // 24: cohort.v1.SnapshotMetadata
+	(*SnapshotTrailer)(nil),            // 25: cohort.v1.SnapshotTrailer
+	(*SnapshotSaveResponse)(nil),       // 26: cohort.v1.SnapshotSaveResponse
+	(*SnapshotRestoreRequest)(nil),     // 27: cohort.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil),    // 28: cohort.v1.SnapshotRestoreResponse
 }
 var file_cohort_v1_cluster_proto_depIdxs = []int32{
-	0, // 0: cohort.v1.NodeInfoResponse.state:type_name -> cohort.v1.RaftState
-	1, // 1: cohort.v1.ClusterService.NodeInfo:input_type -> cohort.v1.NodeInfoRequest
-	3, // 2: cohort.v1.ClusterService.RegisterNode:input_type -> cohort.v1.RegisterNodeRequest
-	2, // 3: cohort.v1.ClusterService.NodeInfo:output_type -> cohort.v1.NodeInfoResponse
-	4, // 4: cohort.v1.ClusterService.RegisterNode:output_type -> cohort.v1.RegisterNodeResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: cohort.v1.NodeInfoResponse.state:type_name -> cohort.v1.RaftState
+	0,  // 1: cohort.v1.HealthResponse.state:type_name -> cohort.v1.RaftState
+	0,  // 2: cohort.v1.ServerStatus.state:type_name -> cohort.v1.RaftState
+	8,  // 3: cohort.v1.StatusResponse.servers:type_name -> cohort.v1.ServerStatus
+	9,  // 4: cohort.v1.StatusResponse.autopilot:type_name -> cohort.v1.AutopilotStatus
+	24, // 5: cohort.v1.SnapshotSaveResponse.metadata:type_name -> cohort.v1.SnapshotMetadata
+	25, // 6: cohort.v1.SnapshotSaveResponse.trailer:type_name -> cohort.v1.SnapshotTrailer
+	24, // 7: cohort.v1.SnapshotRestoreRequest.metadata:type_name -> cohort.v1.SnapshotMetadata
+	25, // 8: cohort.v1.SnapshotRestoreRequest.trailer:type_name -> cohort.v1.SnapshotTrailer
+	1,  // 9: cohort.v1.ClusterService.NodeInfo:input_type -> cohort.v1.NodeInfoRequest
+	3,  // 10: cohort.v1.ClusterService.RegisterNode:input_type -> cohort.v1.RegisterNodeRequest
+	5,  // 11: cohort.v1.ClusterService.Health:input_type -> cohort.v1.HealthRequest
+	7,  // 12: cohort.v1.ClusterService.Status:input_type -> cohort.v1.StatusRequest
+	11, // 13: cohort.v1.ClusterService.AddNonvoter:input_type -> cohort.v1.AddNonvoterRequest
+	13, // 14: cohort.v1.ClusterService.AddVoter:input_type -> cohort.v1.AddVoterRequest
+	15, // 15: cohort.v1.ClusterService.Promote:input_type -> cohort.v1.PromoteRequest
+	17, // 16: cohort.v1.ClusterService.Demote:input_type -> cohort.v1.DemoteRequest
+	19, // 17: cohort.v1.ClusterService.RemoveServer:input_type -> cohort.v1.RemoveServerRequest
+	21, // 18: cohort.v1.ClusterService.TransferLeadership:input_type -> cohort.v1.TransferLeadershipRequest
+	23, // 19: cohort.v1.ClusterService.SnapshotSave:input_type -> cohort.v1.SnapshotSaveRequest
+	27, // 20: cohort.v1.ClusterService.SnapshotRestore:input_type -> cohort.v1.SnapshotRestoreRequest
+	2,  // 21: cohort.v1.ClusterService.NodeInfo:output_type -> cohort.v1.NodeInfoResponse
+	4,  // 22: cohort.v1.ClusterService.RegisterNode:output_type -> cohort.v1.RegisterNodeResponse
+	6,  // 23: cohort.v1.ClusterService.Health:output_type -> cohort.v1.HealthResponse
+	10, // 24: cohort.v1.ClusterService.Status:output_type -> cohort.v1.StatusResponse
+	12, // 25: cohort.v1.ClusterService.AddNonvoter:output_type -> cohort.v1.AddNonvoterResponse
+	14, // 26: cohort.v1.ClusterService.AddVoter:output_type -> cohort.v1.AddVoterResponse
+	16, // 27: cohort.v1.ClusterService.Promote:output_type -> cohort.v1.PromoteResponse
+	18, // 28: cohort.v1.ClusterService.Demote:output_type -> cohort.v1.DemoteResponse
+	20, // 29: cohort.v1.ClusterService.RemoveServer:output_type -> cohort.v1.RemoveServerResponse
+	22, // 30: cohort.v1.ClusterService.TransferLeadership:output_type -> cohort.v1.TransferLeadershipResponse
+	26, // 31: cohort.v1.ClusterService.SnapshotSave:output_type -> cohort.v1.SnapshotSaveResponse
+	28, // 32: cohort.v1.ClusterService.SnapshotRestore:output_type -> cohort.v1.SnapshotRestoreResponse
+	21, // [21:33] is the sub-list for method output_type
+	9,  // [9:21] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cohort_v1_cluster_proto_init() }
@@ -447,13 +2262,23 @@ func file_cohort_v1_cluster_proto_init() {
 	if File_cohort_v1_cluster_proto != nil {
 		return
 	}
+	file_cohort_v1_cluster_proto_msgTypes[25].OneofWrappers = []any{
+		(*SnapshotSaveResponse_Metadata)(nil),
+		(*SnapshotSaveResponse_Data)(nil),
+		(*SnapshotSaveResponse_Trailer)(nil),
+	}
+	file_cohort_v1_cluster_proto_msgTypes[26].OneofWrappers = []any{
+		(*SnapshotRestoreRequest_Metadata)(nil),
+		(*SnapshotRestoreRequest_Data)(nil),
+		(*SnapshotRestoreRequest_Trailer)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_v1_cluster_proto_rawDesc), len(file_cohort_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

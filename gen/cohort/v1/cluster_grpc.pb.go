@@ -21,17 +21,33 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_NodeInfo_FullMethodName     = "/cohort.v1.ClusterService/NodeInfo"
-	ClusterService_RegisterNode_FullMethodName = "/cohort.v1.ClusterService/RegisterNode"
+	ClusterService_NodeInfo_FullMethodName           = "/cohort.v1.ClusterService/NodeInfo"
+	ClusterService_RegisterNode_FullMethodName       = "/cohort.v1.ClusterService/RegisterNode"
+	ClusterService_Health_FullMethodName             = "/cohort.v1.ClusterService/Health"
+	ClusterService_Status_FullMethodName             = "/cohort.v1.ClusterService/Status"
+	ClusterService_AddNonvoter_FullMethodName        = "/cohort.v1.ClusterService/AddNonvoter"
+	ClusterService_AddVoter_FullMethodName           = "/cohort.v1.ClusterService/AddVoter"
+	ClusterService_Promote_FullMethodName            = "/cohort.v1.ClusterService/Promote"
+	ClusterService_Demote_FullMethodName             = "/cohort.v1.ClusterService/Demote"
+	ClusterService_RemoveServer_FullMethodName       = "/cohort.v1.ClusterService/RemoveServer"
+	ClusterService_TransferLeadership_FullMethodName = "/cohort.v1.ClusterService/TransferLeadership"
+	ClusterService_SnapshotSave_FullMethodName       = "/cohort.v1.ClusterService/SnapshotSave"
+	ClusterService_SnapshotRestore_FullMethodName    = "/cohort.v1.ClusterService/SnapshotRestore"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// ClusterService is spoken between cohortd nodes (formation, node registry)
-// and by operators. Any node answers; the admin operations that change the
-// Raft configuration are added here later (status, add voter, remove, ...).
+// ClusterService (cohort.v1.ClusterService, "the Cluster service" in the
+// docs) is spoken between cohortd nodes (formation, node registry) and by
+// operators (cohortctl). NodeInfo and Health describe the answering node;
+// every other method is served by the Raft leader: a follower forwards it.
+//
+// When cohortd runs with an admin token, every method except NodeInfo and
+// Health requires the metadata `authorization: Bearer <token>`
+// (UNAUTHENTICATED otherwise). Every membership operation is idempotent:
+// asking for the state the cluster is already in succeeds and says so.
 type ClusterServiceClient interface {
 	// NodeInfo describes the answering node: who it is, whether it already has
 	// Raft state, and which leader it knows. Nodes formed with
@@ -42,6 +58,44 @@ type ClusterServiceClient interface {
 	// node's gRPC address. A follower answers FAILED_PRECONDITION with the
 	// leader's address in the message; the caller retries there.
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
+	// Health answers from the node it reaches, without forwarding: healthy
+	// when the node runs and knows a leader. Container health checks use it.
+	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
+	// Status is the leader's view of the cluster: every server of the Raft
+	// configuration with its suffrage, last contact and index lag, and the
+	// autopilot's view when autopilot is enabled.
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// AddNonvoter adds a server that replicates the log but does not vote.
+	AddNonvoter(ctx context.Context, in *AddNonvoterRequest, opts ...grpc.CallOption) (*AddNonvoterResponse, error)
+	// AddVoter adds a server safely: as a non-voter first, then, once it has
+	// caught up, promoted to voter. A server that does not catch up within
+	// the request's deadline stays a non-voter (FAILED_PRECONDITION with its lag).
+	AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error)
+	// Promote makes a non-voter a voter. It refuses (FAILED_PRECONDITION) a
+	// server whose log lags the leader's by more than the configured
+	// threshold, saying by how much.
+	Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteResponse, error)
+	// Demote makes a voter a non-voter. A demotion that would leave fewer
+	// healthy voters than a quorum needs force; demoting the leader
+	// transfers leadership first.
+	Demote(ctx context.Context, in *DemoteRequest, opts ...grpc.CallOption) (*DemoteResponse, error)
+	// RemoveServer removes a server from the Raft configuration. Removing the
+	// leader transfers leadership first; a removal that would leave fewer
+	// healthy voters than a quorum needs force; the last voter can never be
+	// removed. The removed node stops itself.
+	RemoveServer(ctx context.Context, in *RemoveServerRequest, opts ...grpc.CallOption) (*RemoveServerResponse, error)
+	// TransferLeadership hands leadership to the named voter, or to the most
+	// up-to-date voter when none is named.
+	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
+	// SnapshotSave streams a snapshot of the leader's state: first a message
+	// with the metadata, then the data, then a message with the SHA-256 and
+	// size of the data.
+	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotSaveResponse], error)
+	// SnapshotRestore replaces the whole replicated state with a snapshot,
+	// on every node. The stream is the one SnapshotSave produced (metadata,
+	// data, checksum); the leader verifies it completely before anything
+	// changes, and refuses a corrupted or foreign snapshot.
+	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotRestoreRequest, SnapshotRestoreResponse], error)
 }
 
 type clusterServiceClient struct {
@@ -72,13 +126,131 @@ func (c *clusterServiceClient) RegisterNode(ctx context.Context, in *RegisterNod
 	return out, nil
 }
 
+func (c *clusterServiceClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HealthResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Health_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) AddNonvoter(ctx context.Context, in *AddNonvoterRequest, opts ...grpc.CallOption) (*AddNonvoterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddNonvoterResponse)
+	err := c.cc.Invoke(ctx, ClusterService_AddNonvoter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddVoterResponse)
+	err := c.cc.Invoke(ctx, ClusterService_AddVoter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Promote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) Demote(ctx context.Context, in *DemoteRequest, opts ...grpc.CallOption) (*DemoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DemoteResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Demote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) RemoveServer(ctx context.Context, in *RemoveServerRequest, opts ...grpc.CallOption) (*RemoveServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveServerResponse)
+	err := c.cc.Invoke(ctx, ClusterService_RemoveServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeadershipResponse)
+	err := c.cc.Invoke(ctx, ClusterService_TransferLeadership_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotSaveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ClusterService_ServiceDesc.Streams[0], ClusterService_SnapshotSave_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotSaveRequest, SnapshotSaveResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotSaveResponse]
+
+func (c *clusterServiceClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotRestoreRequest, SnapshotRestoreResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ClusterService_ServiceDesc.Streams[1], ClusterService_SnapshotRestore_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotRestoreRequest, SnapshotRestoreResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotRestoreClient = grpc.ClientStreamingClient[SnapshotRestoreRequest, SnapshotRestoreResponse]
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
 //
-// ClusterService is spoken between cohortd nodes (formation, node registry)
-// and by operators. Any node answers; the admin operations that change the
-// Raft configuration are added here later (status, add voter, remove, ...).
+// ClusterService (cohort.v1.ClusterService, "the Cluster service" in the
+// docs) is spoken between cohortd nodes (formation, node registry) and by
+// operators (cohortctl). NodeInfo and Health describe the answering node;
+// every other method is served by the Raft leader: a follower forwards it.
+//
+// When cohortd runs with an admin token, every method except NodeInfo and
+// Health requires the metadata `authorization: Bearer <token>`
+// (UNAUTHENTICATED otherwise). Every membership operation is idempotent:
+// asking for the state the cluster is already in succeeds and says so.
 type ClusterServiceServer interface {
 	// NodeInfo describes the answering node: who it is, whether it already has
 	// Raft state, and which leader it knows. Nodes formed with
@@ -89,6 +261,44 @@ type ClusterServiceServer interface {
 	// node's gRPC address. A follower answers FAILED_PRECONDITION with the
 	// leader's address in the message; the caller retries there.
 	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
+	// Health answers from the node it reaches, without forwarding: healthy
+	// when the node runs and knows a leader. Container health checks use it.
+	Health(context.Context, *HealthRequest) (*HealthResponse, error)
+	// Status is the leader's view of the cluster: every server of the Raft
+	// configuration with its suffrage, last contact and index lag, and the
+	// autopilot's view when autopilot is enabled.
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// AddNonvoter adds a server that replicates the log but does not vote.
+	AddNonvoter(context.Context, *AddNonvoterRequest) (*AddNonvoterResponse, error)
+	// AddVoter adds a server safely: as a non-voter first, then, once it has
+	// caught up, promoted to voter. A server that does not catch up within
+	// the request's deadline stays a non-voter (FAILED_PRECONDITION with its lag).
+	AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error)
+	// Promote makes a non-voter a voter. It refuses (FAILED_PRECONDITION) a
+	// server whose log lags the leader's by more than the configured
+	// threshold, saying by how much.
+	Promote(context.Context, *PromoteRequest) (*PromoteResponse, error)
+	// Demote makes a voter a non-voter. A demotion that would leave fewer
+	// healthy voters than a quorum needs force; demoting the leader
+	// transfers leadership first.
+	Demote(context.Context, *DemoteRequest) (*DemoteResponse, error)
+	// RemoveServer removes a server from the Raft configuration. Removing the
+	// leader transfers leadership first; a removal that would leave fewer
+	// healthy voters than a quorum needs force; the last voter can never be
+	// removed. The removed node stops itself.
+	RemoveServer(context.Context, *RemoveServerRequest) (*RemoveServerResponse, error)
+	// TransferLeadership hands leadership to the named voter, or to the most
+	// up-to-date voter when none is named.
+	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
+	// SnapshotSave streams a snapshot of the leader's state: first a message
+	// with the metadata, then the data, then a message with the SHA-256 and
+	// size of the data.
+	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotSaveResponse]) error
+	// SnapshotRestore replaces the whole replicated state with a snapshot,
+	// on every node. The stream is the one SnapshotSave produced (metadata,
+	// data, checksum); the leader verifies it completely before anything
+	// changes, and refuses a corrupted or foreign snapshot.
+	SnapshotRestore(grpc.ClientStreamingServer[SnapshotRestoreRequest, SnapshotRestoreResponse]) error
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -104,6 +314,36 @@ func (UnimplementedClusterServiceServer) NodeInfo(context.Context, *NodeInfoRequ
 }
 func (UnimplementedClusterServiceServer) RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterNode not implemented")
+}
+func (UnimplementedClusterServiceServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedClusterServiceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedClusterServiceServer) AddNonvoter(context.Context, *AddNonvoterRequest) (*AddNonvoterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddNonvoter not implemented")
+}
+func (UnimplementedClusterServiceServer) AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddVoter not implemented")
+}
+func (UnimplementedClusterServiceServer) Promote(context.Context, *PromoteRequest) (*PromoteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Promote not implemented")
+}
+func (UnimplementedClusterServiceServer) Demote(context.Context, *DemoteRequest) (*DemoteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Demote not implemented")
+}
+func (UnimplementedClusterServiceServer) RemoveServer(context.Context, *RemoveServerRequest) (*RemoveServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveServer not implemented")
+}
+func (UnimplementedClusterServiceServer) TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeadership not implemented")
+}
+func (UnimplementedClusterServiceServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotSaveResponse]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
+}
+func (UnimplementedClusterServiceServer) SnapshotRestore(grpc.ClientStreamingServer[SnapshotRestoreRequest, SnapshotRestoreResponse]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotRestore not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -162,6 +402,168 @@ func _ClusterService_RegisterNode_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_Health_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Health(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Health_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Health(ctx, req.(*HealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_AddNonvoter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddNonvoterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).AddNonvoter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_AddNonvoter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).AddNonvoter(ctx, req.(*AddNonvoterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_AddVoter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddVoterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).AddVoter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_AddVoter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).AddVoter(ctx, req.(*AddVoterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_Promote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Promote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Promote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Promote(ctx, req.(*PromoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_Demote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DemoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Demote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Demote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Demote(ctx, req.(*DemoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_RemoveServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).RemoveServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_RemoveServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).RemoveServer(ctx, req.(*RemoveServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_TransferLeadership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeadershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).TransferLeadership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_TransferLeadership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).TransferLeadership(ctx, req.(*TransferLeadershipRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_SnapshotSave_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotSaveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServiceServer).SnapshotSave(m, &grpc.GenericServerStream[SnapshotSaveRequest, SnapshotSaveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotSaveServer = grpc.ServerStreamingServer[SnapshotSaveResponse]
+
+func _ClusterService_SnapshotRestore_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ClusterServiceServer).SnapshotRestore(&grpc.GenericServerStream[SnapshotRestoreRequest, SnapshotRestoreResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotRestoreServer = grpc.ClientStreamingServer[SnapshotRestoreRequest, SnapshotRestoreResponse]
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -177,7 +579,50 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RegisterNode",
 			Handler:    _ClusterService_RegisterNode_Handler,
 		},
+		{
+			MethodName: "Health",
+			Handler:    _ClusterService_Health_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _ClusterService_Status_Handler,
+		},
+		{
+			MethodName: "AddNonvoter",
+			Handler:    _ClusterService_AddNonvoter_Handler,
+		},
+		{
+			MethodName: "AddVoter",
+			Handler:    _ClusterService_AddVoter_Handler,
+		},
+		{
+			MethodName: "Promote",
+			Handler:    _ClusterService_Promote_Handler,
+		},
+		{
+			MethodName: "Demote",
+			Handler:    _ClusterService_Demote_Handler,
+		},
+		{
+			MethodName: "RemoveServer",
+			Handler:    _ClusterService_RemoveServer_Handler,
+		},
+		{
+			MethodName: "TransferLeadership",
+			Handler:    _ClusterService_TransferLeadership_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SnapshotSave",
+			Handler:       _ClusterService_SnapshotSave_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SnapshotRestore",
+			Handler:       _ClusterService_SnapshotRestore_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "cohort/v1/cluster.proto",
 }
