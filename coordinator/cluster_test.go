@@ -22,7 +22,6 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-
 // cluster starts three nodes with topic t (6 partitions). Members that
 // join an empty group together fall into one 200 ms initial delay, so the
 // hand-driven members need not rejoin each other's first rebalance.
@@ -237,7 +236,10 @@ func Test_Follower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
 			_, err := tp.AddPartitions(ctx, &cohortv1.AddPartitionsRequest{Name: "fwd-topic", Partitions: 3}, o)
 			return err
 		},
-		"ListTopics": func(o grpc.CallOption) error { _, err := tp.ListTopics(ctx, &cohortv1.ListTopicsRequest{}, o); return err },
+		"ListTopics": func(o grpc.CallOption) error {
+			_, err := tp.ListTopics(ctx, &cohortv1.ListTopicsRequest{}, o)
+			return err
+		},
 		"JoinGroup": func(o grpc.CallOption) error {
 			resp, err := g.JoinGroup(ctx, m.joinRequest(), o)
 			if reason(err) == "MEMBER_ID_REQUIRED" {
@@ -269,7 +271,10 @@ func Test_Follower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
 			_, err := g.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"fwd"}}, o)
 			return err
 		},
-		"ListGroups": func(o grpc.CallOption) error { _, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{}, o); return err },
+		"ListGroups": func(o grpc.CallOption) error {
+			_, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{}, o)
+			return err
+		},
 		"LeaveGroup": func(o grpc.CallOption) error {
 			_, err := g.LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "fwd", Members: []*cohortv1.LeaveMember{{MemberId: m.id}}}, o)
 			return err
@@ -396,4 +401,47 @@ func Test_MalformedRequests_ClearErrors_NothingChanges(t *testing.T) {
 	if err := a.heartbeat(ctx); err != nil {
 		t.Fatalf("heartbeat after bad requests: %v", err)
 	}
+}
+
+func Test_Commit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	leader := c.Leader()
+	before := c.Nodes[leader].Node.LastIndex()
+	const commits = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, commits)
+	for i := range commits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.Groups(leader).OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{
+				GroupId: fmt.Sprintf("solo-%d", i), Generation: -1,
+				Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "t", Partition: int32(i % 6), Offset: int64(i)}},
+			})
+			if err == nil && resp.GetPartitions()[0].GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+				err = fmt.Errorf("partition error %v", resp.GetPartitions()[0])
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent commit: %v", err)
+		}
+	}
+	entries := c.Nodes[leader].Node.LastIndex() - before
+	if entries >= commits {
+		t.Fatalf("%d concurrent commits took %d log entries; they should share entries", commits, entries)
+	}
+	// Every commit is readable on its own group.
+	for i := range commits {
+		resp, err := c.Groups((leader+1)%3).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: fmt.Sprintf("solo-%d", i)})
+		if err != nil || len(resp.GetPartitions()) != 1 || resp.GetPartitions()[0].GetOffset() != int64(i) {
+			t.Fatalf("solo-%d after coalesced commits: %v %v", i, resp, err)
+		}
+	}
+	t.Logf("%d commits in %d log entries", commits, entries)
 }

@@ -86,7 +86,8 @@ type Engine struct {
 	waiters    map[string][]*waiter
 	expiring   map[memberKey]bool
 
-	reads readBarrier
+	reads   readBarrier
+	commits *committer
 }
 
 // New creates an engine for the node's Raft and FSM.
@@ -104,6 +105,7 @@ func New(cfg Config, r Raft, f *fsm.FSM) (*Engine, error) {
 		m:     newMetrics(),
 	}
 	e.reads.raft = r
+	e.commits = &committer{e: e, queue: make(chan *commitRequest, 4*maxCommitBatch)}
 	e.resetLocked()
 	return e, nil
 }
@@ -249,6 +251,15 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 	}
 	var ids []string
 	switch c := cmd.GetKind().(type) {
+	case *fsmv1.Command_CommitOffsets:
+		return // commits change no member, state or deadline
+	case *fsmv1.Command_Batch:
+		for i, sub := range c.Batch.GetCommands() {
+			if i < len(res.Batch) {
+				e.observe(res.Batch[i], sub)
+			}
+		}
+		return
 	case *fsmv1.Command_DeleteTopic, *fsmv1.Command_AddPartitions, *fsmv1.Command_ExpireOffsets:
 		e.fsm.Read(func(s *fsm.State) {
 			for _, g := range s.Groups() {

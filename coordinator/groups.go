@@ -316,7 +316,7 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 	for _, o := range r.GetOffsets() {
 		cmd.Offsets = append(cmd.Offsets, &fsmv1.OffsetCommit{Topic: o.GetTopic(), Partition: o.GetPartition(), Offset: o.GetOffset(), Metadata: o.GetMetadata()})
 	}
-	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: cmd}})
+	res, err := e.commits.submit(ctx, &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: cmd}})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ type metrics struct {
 	joinLatency      prometheus.Histogram
 	fencedCommits    *prometheus.CounterVec
 	parked           *prometheus.GaugeVec
+	commitBatch      prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -45,11 +46,16 @@ func newMetrics() *metrics {
 			Namespace: "cohort", Subsystem: "group", Name: "parked_calls",
 			Help: "JoinGroup and SyncGroup calls waiting at a barrier.",
 		}, []string{"kind"}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "cohort", Subsystem: "group", Name: "commit_batch_size",
+			Help:    "Offset commits coalesced into one Raft entry (batches of two or more).",
+			Buckets: prometheus.ExponentialBuckets(2, 2, 9),
+		}),
 	}
 }
 
 // Collectors returns the engine's metrics for registration.
 func (e *Engine) Collectors() []prometheus.Collector {
 	m := e.m
-	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked}
+	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.commitBatch}
 }

@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// Commit coalescing. Offset commits are the hot write path: many members
+// commit concurrently, each a small command. Rather than one Raft entry per
+// commit, a few proposer goroutines each take every commit waiting at that
+// moment and propose them as one Batch entry (group commit). At low
+// concurrency a commit finds a free proposer and goes out alone at once, so
+// it pays no batching delay; under load the queue fills while entries are in
+// flight and each entry carries many commits.
+
+const (
+	// commitProposers is how many batches may be in flight at once, so Raft
+	// can pipeline entries instead of waiting a round trip between batches.
+	commitProposers = 4
+	// maxCommitBatch bounds one entry (and so one apply's pause).
+	maxCommitBatch = 512
+)
+
+type commitRequest struct {
+	ctx  context.Context
+	cmd  *fsmv1.Command
+	done chan commitResult
+}
+
+type commitResult struct {
+	res *fsm.ApplyResult
+	err error
+}
+
+type committer struct {
+	e     *Engine
+	queue chan *commitRequest
+	once  sync.Once
+}
+
+func (c *committer) start() {
+	c.once.Do(func() {
+		for range commitProposers {
+			go c.run()
+		}
+	})
+}
+
+// submit proposes cmd (a CommitOffsets) in a batch and waits for its result.
+func (c *committer) submit(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	c.start()
+	req := &commitRequest{ctx: ctx, cmd: cmd, done: make(chan commitResult, 1)}
+	select {
+	case c.queue <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-req.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		// The commit may still be applied: its outcome is unknown, as for
+		// any write whose caller gave up. Retrying it is safe.
+		return nil, ctx.Err()
+	}
+}
+
+func (c *committer) run() {
+	for first := range c.queue {
+		batch := []*commitRequest{first}
+	drain:
+		for len(batch) < maxCommitBatch {
+			select {
+			case r := <-c.queue:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		c.propose(batch)
+	}
+}
+
+func (c *committer) propose(batch []*commitRequest) {
+	live := batch[:0]
+	for _, r := range batch {
+		if r.ctx.Err() == nil {
+			live = append(live, r)
+		} else {
+			r.done <- commitResult{err: r.ctx.Err()}
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		res, err := c.e.propose(live[0].ctx, live[0].cmd)
+		live[0].done <- commitResult{res, err}
+		return
+	}
+	// The batch waits as long as its most patient caller.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var deadline, has = live[0].ctx.Deadline()
+	for _, r := range live[1:] {
+		if d, ok := r.ctx.Deadline(); !ok {
+			has = false
+		} else if has && d.After(deadline) {
+			deadline = d
+		}
+	}
+	if has {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithDeadline(ctx, deadline)
+		defer c2()
+	}
+	b := &fsmv1.Batch{}
+	for _, r := range live {
+		b.Commands = append(b.Commands, r.cmd)
+	}
+	res, err := c.e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_Batch{Batch: b}})
+	for i, r := range live {
+		switch {
+		case err != nil:
+			r.done <- commitResult{err: err}
+		case res.Err != nil:
+			r.done <- commitResult{err: res.Err}
+		default:
+			r.done <- commitResult{res: res.Batch[i]}
+		}
+	}
+	c.e.m.commitBatch.Observe(float64(len(live)))
+}
