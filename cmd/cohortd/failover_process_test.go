@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cohortlabs/cohort/client"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// procNode is one cohortd process of a test cluster.
+type procNode struct {
+	id, grpc, http string
+	args           []string
+	cmd            *exec.Cmd
+	out            *syncBuffer
+	exited         chan error
+}
+
+func (n *procNode) start(t *testing.T, bin string) {
+	t.Helper()
+	n.cmd = exec.Command(bin, n.args...)
+	n.out = &syncBuffer{}
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	if err := n.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", n.id, err)
+	}
+	n.exited = make(chan error, 1)
+	go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(n.cmd, n.exited)
+}
+
+func (n *procNode) kill9() {
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// Test_Process_KillLeader_MembersKeepGenerationAndCommits runs three real
+// cohortd processes and three client members; kill -9 of the leader's
+// process changes no member's generation or assignment, every commit made
+// before it is readable, commits resume on the new leader, and the killed
+// node restarts from its data dir as a follower.
+func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the cohortd binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "cohortd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build cohortd: %v\n%s", err, out)
+	}
+	raftBase, grpcBase, httpBase := freePortRuns(t, 3)
+	var join []string
+	for i := range 3 {
+		join = append(join, fmt.Sprintf("127.0.0.1:%d", grpcBase+i))
+	}
+	nodes := make([]*procNode, 3)
+	for i := range 3 {
+		n := &procNode{id: fmt.Sprintf("node%d", i+1), grpc: join[i], http: fmt.Sprintf("127.0.0.1:%d", httpBase+i)}
+		n.args = []string{
+			"--node-id", n.id, "--data-dir", filepath.Join(dir, n.id),
+			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", raftBase+i), "--grpc-addr", n.grpc, "--http-addr", n.http,
+			"--bootstrap-expect", "3", "--join", strings.Join(join, ","),
+			"--initial-rebalance-delay", "300ms", "--min-session-timeout", "1s",
+		}
+		n.start(t, bin)
+		nodes[i] = n
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = n.cmd.Process.Signal(syscall.SIGKILL)
+			if t.Failed() {
+				t.Logf("%s output:\n%s", n.id, n.out.String())
+			}
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	conn, err := client.Dial(client.ConnConfig{Endpoints: join})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitUntil(t, 30*time.Second, "the cluster to serve", func() (bool, string) {
+		_, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "orders", Partitions: 6}, client.AttemptTimeout(2*time.Second))
+		return err == nil, fmt.Sprint(err)
+	})
+
+	var members []*client.Member
+	for i := range 3 {
+		m, err := client.NewMember(client.Config{
+			Endpoints: join, GroupID: "g", ClientID: fmt.Sprintf("c%d", i), Topics: []string{"orders"},
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: 300 * time.Millisecond, RebalanceTimeout: 10 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- m.Run(runCtx) }()
+		t.Cleanup(func() { stop(); <-done })
+		members = append(members, m)
+	}
+	settled := func() (bool, string) {
+		gen := members[0].Generation()
+		owned := 0
+		for _, m := range members {
+			if m.Generation() != gen || gen == client.NoGeneration {
+				return false, fmt.Sprintf("generations differ or unset: %d vs %d", m.Generation(), gen)
+			}
+			owned += len(m.Assignment())
+		}
+		return owned == 6, fmt.Sprintf("%d of 6 partitions owned", owned)
+	}
+	waitUntil(t, 30*time.Second, "three members sharing one generation", settled)
+	gen := members[0].Generation()
+	before := make([][]client.TopicPartition, len(members))
+	want := map[string]int64{}
+	for i, m := range members {
+		before[i] = m.Assignment()
+		var offs []client.PartitionOffset
+		for _, tp := range m.Assignment() {
+			offs = append(offs, client.PartitionOffset{TopicPartition: tp, Offset: int64(1000 + tp.Partition)})
+			want[tp.String()] = int64(1000 + tp.Partition)
+		}
+		if err := m.Commit(ctx, offs); err != nil {
+			t.Fatalf("commit before the kill: %v", err)
+		}
+	}
+
+	// kill -9 the leader's process.
+	leader := -1
+	for i, n := range nodes {
+		if conn.Leader() == n.grpc {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatalf("the client knows no leader among %v (it says %q)", join, conn.Leader())
+	}
+	nodes[leader].kill9()
+	killedAt := time.Now()
+
+	// Commits resume; no member sees a new generation or assignment.
+	for i, m := range members {
+		offs := []client.PartitionOffset{{TopicPartition: before[i][0], Offset: 5000}}
+		if err := m.Commit(ctx, offs); err != nil {
+			t.Fatalf("member %d commit after the kill: %v", i, err)
+		}
+		want[before[i][0].String()] = 5000
+	}
+	t.Logf("first commits after kill -9 of %s done %v later", nodes[leader].id, time.Since(killedAt))
+	for i, m := range members {
+		if m.Generation() != gen || !slices.Equal(m.Assignment(), before[i]) {
+			t.Fatalf("member %d after failover: generation %d assignment %v, had %d %v", i, m.Generation(), m.Assignment(), gen, before[i])
+		}
+	}
+	fetched, err := conn.Groups().OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range fetched.GetPartitions() {
+		k := client.TopicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}.String()
+		if p.GetOffset() != want[k] {
+			t.Fatalf("offset %s = %d after failover, want %d", k, p.GetOffset(), want[k])
+		}
+		delete(want, k)
+	}
+	if len(want) > 0 {
+		t.Fatalf("offsets missing after failover: %v", want)
+	}
+
+	// The killed node restarts from its data dir and follows.
+	nodes[leader].start(t, bin)
+	waitUntil(t, 30*time.Second, "the restarted node to be ready", func() (bool, string) {
+		code, body := httpGet(ctx, "http://"+nodes[leader].http+"/readyz")
+		return code == 200, body
+	})
+	if d, err := conn.Groups().DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g"}}); err != nil || d.GetGroups()[0].GetGeneration() != gen {
+		t.Fatalf("after the restart: %v %v, want generation %d", d, err, gen)
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, detail)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
