@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cohortlabs/cohort/assign"
 )
@@ -27,12 +28,7 @@ type subscription struct {
 }
 
 // lookupAssignor returns the assign package's assignor for a protocol name.
-// cooperative-sticky is refused: it needs the incremental rebalance
-// protocol (KIP-429), and this client implements the eager one.
 func lookupAssignor(name string) (assignor, error) {
-	if name == assign.NameCooperativeSticky {
-		return nil, fmt.Errorf("assignor %q needs the cooperative rebalance protocol, which this client does not implement", name)
-	}
 	a, err := assign.Lookup(name)
 	if err != nil {
 		return nil, err
@@ -78,6 +74,30 @@ func (r registered) assign(members []subscription, partitions map[string]int32) 
 		out[m.MemberID] = fromAssign(m.Topics)
 	}
 	return out, nil
+}
+
+// serverSideAssignor checks a Config.ServerSideAssignor: an assignor the
+// coordinator runs (eager ones only; the coordinator refuses
+// cooperative-sticky in server-side groups).
+func serverSideAssignor(name string) error {
+	if name == assign.NameCooperativeSticky {
+		return fmt.Errorf("%q needs the client-driven cooperative protocol: use Protocols with protocol type %q instead", name, DefaultProtocolType)
+	}
+	if _, err := assign.Lookup(name); err != nil {
+		return err
+	}
+	return nil
+}
+
+// diffPartitions returns the partitions of a not in b; both sorted.
+func diffPartitions(a, b []TopicPartition) []TopicPartition {
+	var out []TopicPartition
+	for _, tp := range a {
+		if !slices.Contains(b, tp) {
+			out = append(out, tp)
+		}
+	}
+	return out
 }
 
 func toAssign(tps []TopicPartition) []assign.TopicPartitions {

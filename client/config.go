@@ -20,6 +20,10 @@ const (
 	DefaultRetryBackoffMax  = 2 * time.Second
 )
 
+// ServerSideProtocolType is the protocol type of a group whose assignment
+// the coordinator computes (Config.ServerSideAssignor).
+const ServerSideProtocolType = "server"
+
 // DefaultProtocols are the assignors a member offers when Config.Protocols
 // is empty, in preference order.
 var DefaultProtocols = []string{"roundrobin", "range"}
@@ -46,15 +50,32 @@ type Config struct {
 	// ClientID is reported in DescribeGroups. Optional.
 	ClientID string
 	// ProtocolType must be the same for every member of the group.
-	// Default "consumer".
+	// Default "consumer"; ServerSideProtocolType when ServerSideAssignor is
+	// set.
 	ProtocolType string
 	// Topics the member subscribes to. Required.
 	Topics []string
 	// Protocols are assignor names (package assign's registry: range,
-	// roundrobin, sticky, consistent-hash) in preference order. Default
-	// DefaultProtocols (roundrobin, range). cooperative-sticky is refused:
-	// this client runs the eager rebalance protocol.
+	// roundrobin, sticky, cooperative-sticky, consistent-hash) in preference
+	// order; the group leader computes the plan with the chosen one.
+	// Default DefaultProtocols (roundrobin, range).
+	//
+	// With Protocols exactly ["cooperative-sticky"] the member runs the
+	// cooperative rebalance protocol (KIP-429): it keeps its partitions
+	// through a rebalance, OnRevoked gets only the partitions actually taken
+	// away, OnAssigned only the ones added, and a member that lost
+	// partitions rejoins at once so that the group hands them out in a
+	// second rebalance. With any other list it runs the eager protocol
+	// (everything revoked before each rejoin), even if cooperative-sticky is
+	// among them, since the group may pick an eager assignor.
 	Protocols []string
+	// ServerSideAssignor makes the coordinator compute the group's
+	// assignment (protocol type ServerSideProtocolType): the member names
+	// this assignor as its only protocol and never computes a plan, even as
+	// group leader. One of range, roundrobin, sticky, consistent-hash;
+	// Protocols must then be empty or name the same assignor. The member
+	// runs the eager protocol. Optional.
+	ServerSideAssignor string
 
 	// SessionTimeout: the coordinator removes the member when no heartbeat
 	// arrives for this long. Default 10 s.
@@ -89,11 +110,20 @@ type Config struct {
 	LeaveStaticOnClose bool
 
 	// OnAssigned is called after every successful sync with the
-	// generation and the member's partitions.
+	// generation and the member's partitions (cooperative protocol: only
+	// the partitions added in this generation, possibly none; Assignment
+	// returns them all).
 	OnAssigned func(ctx context.Context, generation int32, assignment []TopicPartition)
 	// OnRevoked is called once for every OnAssigned, before the member
 	// rejoins (eager protocol) or stops, with the partitions it held. It is
 	// the last moment to commit offsets for them with that generation.
+	//
+	// Cooperative protocol: it is called only with partitions taken away —
+	// after the sync of the generation that took them (the coordinator
+	// fences commits by ownership, so their offsets can no longer be
+	// committed: commit before, e.g. periodically), when the member lost
+	// its membership (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), and when it
+	// stops.
 	//
 	// Both callbacks run on the member's goroutine, in order, and delay
 	// heartbeats while they run: keep them well under SessionTimeout.
@@ -102,6 +132,14 @@ type Config struct {
 
 // withDefaults returns a copy of c with every zero field defaulted.
 func (c Config) withDefaults() Config {
+	if c.ServerSideAssignor != "" {
+		if c.ProtocolType == "" {
+			c.ProtocolType = ServerSideProtocolType
+		}
+		if len(c.Protocols) == 0 {
+			c.Protocols = []string{c.ServerSideAssignor}
+		}
+	}
 	if c.ProtocolType == "" {
 		c.ProtocolType = DefaultProtocolType
 	}
@@ -163,6 +201,17 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("field Protocols: %q listed twice", p))
 		}
 		seen[p] = true
+	}
+	if c.ServerSideAssignor != "" {
+		if err := serverSideAssignor(c.ServerSideAssignor); err != nil {
+			errs = append(errs, fmt.Errorf("field ServerSideAssignor: %w", err))
+		}
+		if c.ProtocolType != ServerSideProtocolType {
+			errs = append(errs, fmt.Errorf("field ProtocolType: %q with ServerSideAssignor set; leave it empty or use %q", c.ProtocolType, ServerSideProtocolType))
+		}
+		if len(c.Protocols) != 1 || c.Protocols[0] != c.ServerSideAssignor {
+			errs = append(errs, fmt.Errorf("field Protocols: %v with ServerSideAssignor %q; leave it empty", c.Protocols, c.ServerSideAssignor))
+		}
 	}
 	if c.SessionTimeout < 0 || c.SessionTimeout > maxTimeout {
 		errs = append(errs, fmt.Errorf("field SessionTimeout: %v out of range", c.SessionTimeout))

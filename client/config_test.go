@@ -38,7 +38,10 @@ func Test_Config_Validation_NamesTheField(t *testing.T) {
 		{"Topics", func(c *Config) { c.Topics = nil }},
 		{"Topics[0]", func(c *Config) { c.Topics = []string{""} }},
 		{"Protocols", func(c *Config) { c.Protocols = []string{"fastest"} }},
-		{"Protocols", func(c *Config) { c.Protocols = []string{"cooperative-sticky"} }},
+		{"ServerSideAssignor", func(c *Config) { c.ServerSideAssignor = "cooperative-sticky" }},
+		{"ServerSideAssignor", func(c *Config) { c.ServerSideAssignor = "fastest" }},
+		{"ProtocolType", func(c *Config) { c.ServerSideAssignor, c.ProtocolType = "sticky", "consumer" }},
+		{"Protocols", func(c *Config) { c.ServerSideAssignor, c.Protocols = "sticky", []string{"range"} }},
 		{"Protocols", func(c *Config) { c.Protocols = []string{"range", "range"} }},
 		{"HeartbeatInterval", func(c *Config) { c.SessionTimeout, c.HeartbeatInterval = 3*time.Second, 3*time.Second }},
 		{"SessionTimeout", func(c *Config) { c.SessionTimeout = -time.Second }},
@@ -53,7 +56,7 @@ func Test_Config_Validation_NamesTheField(t *testing.T) {
 			t.Errorf("%s: want an error naming the field, got %v", tc.field, err)
 		}
 	}
-	for _, p := range [][]string{{"sticky"}, {"consistent-hash", "range"}} {
+	for _, p := range [][]string{{"sticky"}, {"consistent-hash", "range"}, {"cooperative-sticky"}, {"cooperative-sticky", "range"}} {
 		c := base()
 		c.Protocols = p
 		if _, err := NewMember(c); err != nil {

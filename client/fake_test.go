@@ -195,7 +195,15 @@ func (n *fakeNode) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest) 
 			Generation: c.generation, Protocol: r.GetProtocols()[0].GetName(),
 			LeaderId: r.GetMemberId(), MemberId: r.GetMemberId(),
 		}
-		resp.Members = c.members
+		// Scripted members, with the caller's entry carrying the metadata
+		// it really sent (its owned partitions change every generation).
+		for _, jm := range c.members {
+			jm = proto.Clone(jm).(*cohortv1.JoinGroupMember)
+			if jm.GetMemberId() == r.GetMemberId() {
+				jm.Metadata = r.GetProtocols()[0].GetMetadata()
+			}
+			resp.Members = append(resp.Members, jm)
+		}
 		if resp.Members == nil {
 			resp.Members = []*cohortv1.JoinGroupMember{{MemberId: r.GetMemberId(), Metadata: r.GetProtocols()[0].GetMetadata(), Topics: r.GetTopics()}}
 		}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/assign"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -28,6 +29,9 @@ type Member struct {
 	log       *slog.Logger
 	backoff   backoff
 	assignors map[string]assignor
+	// cooperative: the member keeps its partitions through a rebalance
+	// (KIP-429); serverSide: the coordinator assigns.
+	cooperative, serverSide bool
 
 	// heartbeatNow asks the heartbeat loop to check the member's standing
 	// at once (a commit was refused as from a stale generation).
@@ -83,6 +87,8 @@ func NewMember(cfg Config) (*Member, error) {
 		done:         make(chan struct{}),
 		generation:   NoGeneration,
 		ownedGen:     NoGeneration,
+		cooperative:  slices.Equal(cfg.Protocols, []string{assign.NameCooperativeSticky}),
+		serverSide:   cfg.ServerSideAssignor != "",
 	}
 	if cfg.InstanceID != "" {
 		m.log = m.log.With("instance", cfg.InstanceID)
@@ -208,21 +214,32 @@ func (m *Member) Close(ctx context.Context) error {
 }
 
 // loop alternates joining (with sync) and heartbeating until a fatal error
-// or ctx ends.
+// or ctx ends. The eager protocol revokes everything before each rejoin;
+// the cooperative one only when the membership was lost.
 func (m *Member) loop(ctx context.Context) error {
 	for {
-		if err := m.joinAndSync(ctx); err != nil {
+		followUp, err := m.joinAndSync(ctx)
+		if err != nil {
 			return err
 		}
-		if err := m.heartbeatUntilRebalance(ctx); err != nil {
+		lost := false
+		if followUp {
+			// cooperative-sticky's first round took partitions from this
+			// member (now revoked) and withheld them: rejoin at once, so the
+			// second round hands them out.
+			m.log.Info("cohort rejoining for the cooperative follow-up rebalance", "member", m.MemberID(), "generation", m.Generation())
+		} else if lost, err = m.heartbeatUntilRebalance(ctx); err != nil {
 			return err
 		}
-		m.revoke(ctx)
+		if !m.cooperative || lost {
+			m.revoke(ctx)
+		}
 	}
 }
 
-// joinAndSync runs rebalance rounds until one ends with an assignment.
-func (m *Member) joinAndSync(ctx context.Context) error {
+// joinAndSync runs rebalance rounds until one ends with an assignment, and
+// reports whether the member must rejoin at once (cooperative follow-up).
+func (m *Member) joinAndSync(ctx context.Context) (bool, error) {
 	for failures := 0; ; {
 		retry := func() error {
 			if err := m.backoff.wait(ctx, failures); err != nil {
@@ -235,19 +252,20 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return ctx.Err()
+				return false, ctx.Err()
 			case errors.Is(err, ErrUnknownMemberID):
 				// Our ID is gone (expired, or a pending ID the old leader
 				// handed out): start again as a new member.
 				m.log.Info("cohort member ID unknown, joining as new member", "member", m.MemberID())
 				m.setMemberID("")
+				m.revokeLost(ctx)
 				continue
 			case fatal(err):
-				return err
+				return false, err
 			}
 			m.log.Warn("cohort join failed, retrying", "err", err)
 			if err := retry(); err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
@@ -256,13 +274,13 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 			"leader", resp.GetLeaderId(), "protocol", resp.GetProtocol())
 
 		var plan []*cohortv1.MemberAssignment
-		if resp.GetLeaderId() == resp.GetMemberId() {
+		if resp.GetLeaderId() == resp.GetMemberId() && !m.serverSide {
 			if plan, err = m.plan(resp); err != nil {
 				// Cannot happen with a protocol every member offered; rejoin
 				// rather than stall the group.
 				m.log.Error("cohort compute assignment", "generation", gen, "err", err)
 				if err := retry(); err != nil {
-					return err
+					return false, err
 				}
 				continue
 			}
@@ -271,34 +289,54 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return ctx.Err()
+				return false, ctx.Err()
 			case errors.Is(err, ErrRebalanceInProgress), errors.Is(err, ErrIllegalGeneration):
 				m.log.Info("cohort sync refused, rejoining", "generation", gen, "reason", Reason(err))
+				if errors.Is(err, ErrIllegalGeneration) {
+					m.revokeLost(ctx)
+				}
 				continue
 			case errors.Is(err, ErrUnknownMemberID):
 				m.forgetMemberID()
+				m.revokeLost(ctx)
 				continue
 			case fatal(err):
-				return err
+				return false, err
 			}
 			// INVALID_ASSIGNMENT (topics changed under us) or a transient
 			// failure: rejoin after a pause, with fresh metadata.
 			m.log.Warn("cohort sync failed, rejoining", "generation", gen, "err", err)
 			if err := retry(); err != nil {
-				return err
+				return false, err
 			}
 			continue
+		}
+		m.mu.Lock()
+		held, claimed := m.assignment, m.owned
+		m.mu.Unlock()
+		// What this member claimed in its metadata and did not get: with
+		// cooperative-sticky the plan withheld it, so the member rejoins
+		// (once it has stopped it) for the round that hands it out.
+		followUp := resp.GetProtocol() == assign.NameCooperativeSticky && len(diffPartitions(claimed, assignment)) > 0
+		added := assignment
+		if m.cooperative {
+			// Incremental: stop only what was taken away, then start only
+			// what is new; everything else never stops.
+			if revoked := diffPartitions(held, assignment); len(revoked) > 0 && m.cfg.OnRevoked != nil {
+				m.cfg.OnRevoked(ctx, revoked)
+			}
+			added = diffPartitions(assignment, held)
 		}
 		m.mu.Lock()
 		m.assignment = assignment
 		m.assigned = true
 		m.owned, m.ownedGen = assignment, gen
 		m.mu.Unlock()
-		m.log.Info("cohort assigned", "member", resp.GetMemberId(), "generation", gen, "partitions", len(assignment))
+		m.log.Info("cohort assigned", "member", resp.GetMemberId(), "generation", gen, "partitions", len(assignment), "added", len(added))
 		if m.cfg.OnAssigned != nil {
-			m.cfg.OnAssigned(ctx, gen, slices.Clone(assignment))
+			m.cfg.OnAssigned(ctx, gen, slices.Clone(added))
 		}
-		return nil
+		return followUp, nil
 	}
 }
 
@@ -416,14 +454,15 @@ func (m *Member) sync(ctx context.Context, gen int32, plan []*cohortv1.MemberAss
 }
 
 // heartbeatUntilRebalance heartbeats every HeartbeatInterval and returns
-// nil when the member must rejoin, or a fatal error.
-func (m *Member) heartbeatUntilRebalance(ctx context.Context) error {
+// when the member must rejoin (lost: its membership or generation is gone,
+// so its partitions may already belong to others), or a fatal error.
+func (m *Member) heartbeatUntilRebalance(ctx context.Context) (lost bool, err error) {
 	t := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-t.C:
 		case <-m.heartbeatNow:
 		}
@@ -433,21 +472,21 @@ func (m *Member) heartbeatUntilRebalance(ctx context.Context) error {
 			MemberId: m.memberID, InstanceId: m.cfg.InstanceID,
 		}
 		m.mu.Unlock()
-		_, err := m.groups.Heartbeat(ctx, req)
+		_, err = m.groups.Heartbeat(ctx, req)
 		switch {
 		case err == nil:
 			continue
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return false, ctx.Err()
 		case errors.Is(err, ErrRebalanceInProgress), errors.Is(err, ErrIllegalGeneration):
 			m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
-			return nil
+			return errors.Is(err, ErrIllegalGeneration), nil
 		case errors.Is(err, ErrUnknownMemberID):
 			m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
 			m.forgetMemberID()
-			return nil
+			return true, nil
 		case fatal(err):
-			return fmt.Errorf("cohort: heartbeat group %q generation %d as %q: %w", m.cfg.GroupID, req.Generation, req.MemberId, err)
+			return false, fmt.Errorf("cohort: heartbeat group %q generation %d as %q: %w", m.cfg.GroupID, req.Generation, req.MemberId, err)
 		}
 		m.log.Warn("cohort heartbeat failed", "member", req.MemberId, "generation", req.Generation, "err", err)
 	}
@@ -461,6 +500,14 @@ func (m *Member) revoke(ctx context.Context) {
 	m.mu.Unlock()
 	if was && m.cfg.OnRevoked != nil {
 		m.cfg.OnRevoked(ctx, revoked)
+	}
+}
+
+// revokeLost revokes everything a cooperative member still holds once its
+// membership or generation is gone (an eager member holds nothing here).
+func (m *Member) revokeLost(ctx context.Context) {
+	if m.cooperative {
+		m.revoke(ctx)
 	}
 }
 
