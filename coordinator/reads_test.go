@@ -1,0 +1,107 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// fakeRaft counts VerifyLeader rounds and lets the test hold each round open.
+type fakeRaft struct {
+	rounds  atomic.Int64
+	started chan int64    // the number of each round as it starts
+	release chan struct{} // one value lets one round finish
+	err     error
+	commit  atomic.Uint64
+	applied atomic.Uint64
+}
+
+func (f *fakeRaft) Apply(context.Context, *fsmv1.Command) (*fsm.ApplyResult, error) {
+	return nil, errors.New("not used")
+}
+func (f *fakeRaft) Barrier(context.Context) error { return nil }
+func (f *fakeRaft) IsLeader() bool                { return true }
+func (f *fakeRaft) CommitIndex() uint64           { return f.commit.Load() }
+func (f *fakeRaft) AppliedIndex() uint64          { return f.applied.Load() }
+func (f *fakeRaft) VerifyLeader(context.Context) error {
+	f.started <- f.rounds.Add(1)
+	<-f.release
+	return f.err
+}
+
+func TestReadBarrier_ReadsShareTheNextRound(t *testing.T) {
+	f := &fakeRaft{started: make(chan int64, 10), release: make(chan struct{})}
+	b := &readBarrier{raft: f}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// The first read starts round 1 and holds it open.
+	first := make(chan error, 1)
+	go func() { first <- b.wait(ctx) }()
+	if r := <-f.started; r != 1 {
+		t.Fatalf("first round is %d", r)
+	}
+	// 50 reads arrive while round 1 is in flight: round 1 began before
+	// them, so they may not use it; they all share round 2.
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.wait(ctx); err != nil {
+				t.Errorf("read: %v", err)
+			}
+			done.Add(1)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // let the 50 queue up behind round 1
+	f.release <- struct{}{}           // round 1 ends
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-f.started; r != 2 {
+		t.Fatalf("second round is %d", r)
+	}
+	if done.Load() != 0 {
+		t.Fatalf("%d reads were answered by a round that started before they arrived", done.Load())
+	}
+	f.release <- struct{}{} // round 2 ends: all 50 answered
+	wg.Wait()
+	if n := f.rounds.Load(); n != 2 {
+		t.Fatalf("%d VerifyLeader rounds for 51 reads, want 2", n)
+	}
+}
+
+func TestReadBarrier_WaitsForApplyAndReportsLostLeadership(t *testing.T) {
+	f := &fakeRaft{started: make(chan int64, 10), release: make(chan struct{}, 10)}
+	b := &readBarrier{raft: f}
+	f.commit.Store(7)
+	f.applied.Store(5)
+	f.release <- struct{}{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- b.wait(ctx) }()
+	select {
+	case err := <-res:
+		t.Fatalf("read answered (%v) before the FSM applied the commit index it arrived at", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.applied.Store(7)
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+
+	f.err = errors.New("node is not the leader")
+	f.release <- struct{}{}
+	if err := b.wait(ctx); fsm.CodeOf(err) != fsm.CodeNotLeader {
+		t.Fatalf("read after a failed VerifyLeader: %v, want NOT_LEADER", err)
+	}
+}
