@@ -40,6 +40,11 @@ type options struct {
 	initialDelay, minSession, maxSession time.Duration
 	maxGroupSize                         int
 	logLevel, logFormat                  string
+	adminToken                           string
+	promoteMaxLag                        uint64
+	healthyLastContact                   time.Duration
+	joinAsNonvoter                       bool
+	autopilot                            raftnode.AutopilotConfig
 }
 
 const envPrefix = "COHORT_"
@@ -54,7 +59,10 @@ func newRootCommand() *cobra.Command {
 Form a three-node cluster by starting three nodes with --bootstrap-expect 3
 and --join listing the nodes' gRPC addresses, or a single node with
 --bootstrap. A restarted node rejoins from its data dir and never bootstraps
-again. Every flag can also be set as COHORT_<FLAG> (dashes become
+again. A new node joins a running cluster with --join alone: it enters as a
+non-voter and is promoted once it has caught up (by autopilot when the
+leader runs it). A node removed from the cluster stops itself; 'cohortd
+leave' removes a node. Every flag can also be set as COHORT_<FLAG> (dashes become
 underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
@@ -91,8 +99,19 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.minSession, "min-session-timeout", coordinator.DefaultMinSessionTimeout, "smallest session timeout a member may ask for")
 	f.DurationVar(&o.maxSession, "max-session-timeout", coordinator.DefaultMaxSessionTimeout, "largest session timeout a member may ask for")
 	f.IntVar(&o.maxGroupSize, "max-group-size", coordinator.DefaultLimits.MaxMembersPerGroup, "members a group may have")
+	f.StringVar(&o.adminToken, "admin-token", "", "require this token (authorization: Bearer <token>) on every admin RPC; set it whenever the gRPC port is reachable from a shared network")
+	f.Uint64Var(&o.promoteMaxLag, "promote-max-lag", raftnode.DefaultPromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
+	f.DurationVar(&o.healthyLastContact, "healthy-last-contact", raftnode.DefaultHealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
+	f.BoolVar(&o.joinAsNonvoter, "join-as-nonvoter", false, "with --join (without --bootstrap-expect): stay a non-voter instead of asking for promotion")
+	f.BoolVar(&o.autopilot.Enabled, "autopilot", false, "run autopilot on the leader: promote stable non-voters, optionally remove dead servers")
+	f.BoolVar(&o.autopilot.CleanupDeadServers, "autopilot-cleanup-dead-servers", false, "let autopilot remove servers that failed for --autopilot-dead-server-threshold")
+	f.DurationVar(&o.autopilot.DeadServerThreshold, "autopilot-dead-server-threshold", raftnode.DefaultDeadServerThreshold, "how long a server must fail the leader's probes before autopilot removes it")
+	f.DurationVar(&o.autopilot.ServerStabilizationTime, "autopilot-server-stabilization-time", raftnode.DefaultServerStabilizationTime, "how long a non-voter must be healthy before autopilot promotes it")
+	f.UintVar(&o.autopilot.MinQuorum, "autopilot-min-quorum", 0, "autopilot never removes voters below this number")
+	f.DurationVar(&o.autopilot.Interval, "autopilot-interval", raftnode.DefaultAutopilotInterval, "how often autopilot checks health and reconciles")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	cmd.AddCommand(newLeaveCommand())
 	return cmd
 }
 
@@ -177,6 +196,11 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 			SnapshotThreshold:  o.snapshotThreshold,
 			TrailingLogs:       o.trailingLogs,
 			MaxAppendEntries:   o.maxAppendEntries,
+			AdminToken:         o.adminToken,
+			PromoteMaxLag:      o.promoteMaxLag,
+			HealthyLastContact: o.healthyLastContact,
+			JoinAsNonvoter:     o.joinAsNonvoter,
+			Autopilot:          o.autopilot,
 			Logger:             log,
 		},
 		Coordinator: coordinator.Config{
@@ -193,6 +217,10 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		return err
 	}
 	log = log.With("node_id", srv.Node.ID())
+	if o.adminToken == "" && !isLoopback(grpcLis.Addr()) {
+		log.Warn("the gRPC port is not on loopback and no --admin-token is set: anyone who reaches it can change the cluster's membership and restore snapshots",
+			"grpc_address", grpcLis.Addr().String())
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collectors()...)
@@ -216,6 +244,8 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		log.Error("server failed; shutting down", "err", runErr)
 	case runErr = <-srv.Err():
 		log.Error("server failed; shutting down", "err", runErr)
+	case <-srv.Node.Removed():
+		log.Warn("removed from the cluster; shutting down (wipe the data dir before this node joins again)")
 	}
 
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
@@ -259,4 +289,9 @@ func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

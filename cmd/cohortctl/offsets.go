@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+)
+
+func newOffsetsCommand(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "offsets", Short: "Read and reset a group's committed offsets"}
+	c.AddCommand(offsetsGetCommand(g), offsetsResetCommand(g))
+	return c
+}
+
+func offsetsGetCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "get GROUP",
+		Short:   "Show a group's committed offsets",
+		Example: `  cohortctl offsets get orders`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx(cmd)
+			defer cancel()
+			var resp *cohortv1.OffsetFetchResponse
+			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
+				var err error
+				resp, err = cohortv1.NewGroupCoordinatorClient(conn).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: args[0]})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(g.out(cmd), resp)
+			}
+			rows := make([][]string, 0, len(resp.GetPartitions()))
+			for _, p := range resp.GetPartitions() {
+				when := "-"
+				if ts := p.GetCommitTimestampMs(); ts > 0 {
+					when = time.UnixMilli(ts).UTC().Format(time.RFC3339)
+				}
+				rows = append(rows, []string{args[0], p.GetTopic(), strconv.Itoa(int(p.GetPartition())), strconv.FormatInt(p.GetOffset(), 10), dash(p.GetMetadata()), when})
+			}
+			return table(g.out(cmd), []string{"GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "METADATA", "COMMITTED"}, rows)
+		},
+	}
+}
+
+func offsetsResetCommand(g *globals) *cobra.Command {
+	var topic string
+	var to int64
+	var partitions []int
+	c := &cobra.Command{
+		Use:   "reset GROUP --topic TOPIC --to OFFSET",
+		Short: "Set a group's committed offsets (only while the group has no members)",
+		Long: `Set the committed offset of a topic's partitions (all, or --partitions) for a
+group. As in Kafka, only a group without members can be reset: stop its
+consumers first. The commit is a standalone commit (generation -1), which
+the cluster refuses once the group has members again.`,
+		Example: `  cohortctl offsets reset orders --topic payments --to 0
+  cohortctl offsets reset orders --topic payments --to 1200 --partitions 0,3`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			group := args[0]
+			if topic == "" {
+				return errors.New("--topic is required")
+			}
+			if !cmd.Flags().Changed("to") || to < 0 {
+				return errors.New("--to OFFSET (>= 0) is required")
+			}
+			ctx, cancel := g.ctx(cmd)
+			defer cancel()
+			var resp *cohortv1.OffsetCommitResponse
+			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
+				gc := cohortv1.NewGroupCoordinatorClient(conn)
+				desc, err := gc.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{group}})
+				if err != nil {
+					return err
+				}
+				for _, gr := range desc.GetGroups() {
+					if st := gr.GetState(); st != "Empty" && st != "Dead" {
+						return fmt.Errorf("group %s is %s with %d members: offsets can only be reset while it has no members; stop its consumers first",
+							group, st, len(gr.GetMembers()))
+					}
+				}
+				parts := partitions
+				if len(parts) == 0 {
+					topics, err := cohortv1.NewTopicsClient(conn).ListTopics(ctx, &cohortv1.ListTopicsRequest{})
+					if err != nil {
+						return err
+					}
+					for _, t := range topics.GetTopics() {
+						if t.GetTopic() == topic {
+							for p := range t.GetPartitions() {
+								parts = append(parts, int(p))
+							}
+						}
+					}
+					if len(parts) == 0 {
+						return fmt.Errorf("topic %q does not exist", topic)
+					}
+				}
+				req := &cohortv1.OffsetCommitRequest{GroupId: group, Generation: -1}
+				for _, p := range parts {
+					req.Offsets = append(req.Offsets, &cohortv1.OffsetCommitPartition{Topic: topic, Partition: int32(p), Offset: to})
+				}
+				resp, err = gc.OffsetCommit(ctx, req)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			var failed []string
+			for _, p := range resp.GetPartitions() {
+				res := "reset to " + strconv.FormatInt(to, 10)
+				if p.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+					res = fmt.Sprintf("%s: %s", strings.TrimPrefix(p.GetError().String(), "ERROR_CODE_"), p.GetErrorMessage())
+					failed = append(failed, fmt.Sprintf("%s-%d (%s)", p.GetTopic(), p.GetPartition(), res))
+				}
+				rows = append(rows, []string{group, p.GetTopic(), strconv.Itoa(int(p.GetPartition())), res})
+			}
+			if g.output == "json" {
+				err = printJSON(g.out(cmd), resp)
+			} else {
+				err = table(g.out(cmd), []string{"GROUP", "TOPIC", "PARTITION", "RESULT"}, rows)
+			}
+			if err != nil {
+				return err
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("not reset: %s", strings.Join(failed, ", "))
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&topic, "topic", "", "the topic (required)")
+	c.Flags().Int64Var(&to, "to", -1, "the offset to set (required)")
+	c.Flags().IntSliceVar(&partitions, "partitions", nil, "only these partitions (default: all of the topic's)")
+	return c
+}

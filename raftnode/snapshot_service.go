@@ -1,0 +1,187 @@
+package raftnode
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// snapshotChunk is the data size of one stream message.
+const snapshotChunk = 256 << 10
+
+// SnapshotSave streams a fresh snapshot of the leader's state: metadata,
+// data, then the data's size and SHA-256.
+func (s *ClusterService) SnapshotSave(req *cohortv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[cohortv1.SnapshotSaveResponse]) error {
+	ctx := stream.Context()
+	if err := s.authorize(ctx); err != nil {
+		return err
+	}
+	if !s.n.IsLeader() {
+		cl, octx, err := s.leaderClient(ctx)
+		if err != nil {
+			return err
+		}
+		up, err := cl.SnapshotSave(octx, req)
+		if err != nil {
+			return err
+		}
+		for {
+			m, err := up.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+	}
+	meta, rc, err := s.n.OpenSnapshot(ctx)
+	if err != nil {
+		return statusOf(err)
+	}
+	defer rc.Close()
+	err = stream.Send(&cohortv1.SnapshotSaveResponse{Part: &cohortv1.SnapshotSaveResponse_Metadata{Metadata: &cohortv1.SnapshotMetadata{
+		FsmFormatVersion: fsm.SnapshotFormatVersion, Index: meta.Index, Term: meta.Term,
+		NodeId: s.n.id, CreatedUnixMs: time.Now().UnixMilli(),
+	}}})
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	buf := make([]byte, snapshotChunk)
+	var size uint64
+	for {
+		k, rerr := io.ReadFull(rc, buf)
+		if k > 0 {
+			h.Write(buf[:k])
+			size += uint64(k)
+			if err := stream.Send(&cohortv1.SnapshotSaveResponse{Part: &cohortv1.SnapshotSaveResponse_Data{Data: bytes.Clone(buf[:k])}}); err != nil {
+				return err
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return status.Errorf(codes.Internal, "read snapshot %s: %v", meta.ID, rerr)
+		}
+	}
+	if size != uint64(meta.Size) {
+		return status.Errorf(codes.Internal, "snapshot %s: read %d bytes, its metadata says %d", meta.ID, size, meta.Size)
+	}
+	return stream.Send(&cohortv1.SnapshotSaveResponse{Part: &cohortv1.SnapshotSaveResponse_Trailer{Trailer: &cohortv1.SnapshotTrailer{
+		Size: size, Sha256: h.Sum(nil),
+	}}})
+}
+
+// SnapshotRestore receives a snapshot stream, verifies it completely
+// (size, SHA-256, the FSM's own decoding), and only then replaces the
+// cluster's state with it.
+func (s *ClusterService) SnapshotRestore(stream grpc.ClientStreamingServer[cohortv1.SnapshotRestoreRequest, cohortv1.SnapshotRestoreResponse]) error {
+	ctx := stream.Context()
+	if err := s.authorize(ctx); err != nil {
+		return err
+	}
+	if !s.n.IsLeader() {
+		cl, octx, err := s.leaderClient(ctx)
+		if err != nil {
+			return err
+		}
+		up, err := cl.SnapshotRestore(octx)
+		if err != nil {
+			return err
+		}
+		for {
+			m, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if err := up.Send(m); err != nil {
+				if errors.Is(err, io.EOF) {
+					break // the leader answered early; CloseAndRecv has its answer
+				}
+				return err
+			}
+		}
+		resp, err := up.CloseAndRecv()
+		if err != nil {
+			return err
+		}
+		return stream.SendAndClose(resp)
+	}
+
+	first, err := stream.Recv()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "snapshot stream: %v", err)
+	}
+	meta := first.GetMetadata()
+	if meta == nil {
+		return status.Error(codes.InvalidArgument, "snapshot stream must start with its metadata")
+	}
+	if v := meta.GetFsmFormatVersion(); v != fsm.SnapshotFormatVersion {
+		return status.Errorf(codes.InvalidArgument, "snapshot has FSM format version %d; this cluster reads version %d: nothing changed", v, fsm.SnapshotFormatVersion)
+	}
+	tmp, err := os.CreateTemp(s.n.cfg.DataDir, "restore-*.snap")
+	if err != nil {
+		return status.Errorf(codes.Internal, "buffer the snapshot: %v", err)
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
+	h := sha256.New()
+	var size uint64
+	var trailer *cohortv1.SnapshotTrailer
+	for trailer == nil {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return status.Error(codes.InvalidArgument, "snapshot stream ended without its checksum trailer (truncated?): nothing changed")
+		}
+		if err != nil {
+			return err
+		}
+		switch p := m.GetPart().(type) {
+		case *cohortv1.SnapshotRestoreRequest_Data:
+			h.Write(p.Data)
+			size += uint64(len(p.Data))
+			if _, err := tmp.Write(p.Data); err != nil {
+				return status.Errorf(codes.Internal, "buffer the snapshot: %v", err)
+			}
+		case *cohortv1.SnapshotRestoreRequest_Trailer:
+			trailer = p.Trailer
+		default:
+			return status.Error(codes.InvalidArgument, "snapshot stream: metadata may only come first")
+		}
+	}
+	if trailer.GetSize() != size {
+		return status.Errorf(codes.InvalidArgument, "snapshot data is %d bytes, its trailer says %d (truncated?): nothing changed", size, trailer.GetSize())
+	}
+	if sum := h.Sum(nil); !bytes.Equal(sum, trailer.GetSha256()) {
+		return status.Errorf(codes.InvalidArgument, "snapshot SHA-256 is %x, its trailer says %x (corrupted): nothing changed", sum, trailer.GetSha256())
+	}
+	idx, err := s.n.RestoreSnapshot(ctx, tmp, int64(size), meta.GetIndex(), meta.GetTerm())
+	if err != nil {
+		return statusOf(err)
+	}
+	return stream.SendAndClose(&cohortv1.SnapshotRestoreResponse{
+		Index: idx,
+		Message: fmt.Sprintf("restored the snapshot of index %d (term %d, taken on %s) on every node; the cluster is at index %d",
+			meta.GetIndex(), meta.GetTerm(), meta.GetNodeId(), idx),
+	})
+}
