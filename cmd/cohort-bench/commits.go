@@ -137,62 +137,13 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 		return err
 	}
 	defer t.Close()
-	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+	commit, f, closeLoad, err := commitLoad(ctx, g, t, o)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if err := createTopic(ctx, conn.Topics(), "bench", o.partitions); err != nil {
-		return err
-	}
-
-	var commit func(ctx context.Context, worker int, seq int64) error
-	var f *fleet
-	switch o.mode {
-	case "member":
-		f = newFleet(ctx, memberOptions{
-			endpoints: t.addrs, group: "bench-commits", topics: []string{"bench"},
-			sessionTimeout: 10 * time.Second, logger: g.logger(),
-		})
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			f.close(cctx)
-		}()
-		if _, err := f.add(o.members); err != nil {
-			return err
-		}
-		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		gen, _, err := f.stable(sctx, client.NoGeneration)
-		cancel()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "group bench-commits: %d members stable at generation %d\n", len(f.members), gen)
-		commit = func(ctx context.Context, worker int, seq int64) error {
-			m := f.members[worker%len(f.members)]
-			parts := m.partitions()
-			if len(parts) == 0 {
-				return fmt.Errorf("member %d holds no partitions", worker%len(f.members))
-			}
-			tp := parts[(worker/len(f.members))%len(parts)]
-			return m.m.Commit(ctx, []client.PartitionOffset{{TopicPartition: tp, Offset: seq}})
-		}
-	case "conn":
-		groups := conn.Groups()
-		commit = func(ctx context.Context, _ int, seq int64) error {
-			resp, err := groups.OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{
-				GroupId: "bench-standalone", Generation: -1,
-				Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "bench", Partition: int32(seq % int64(o.partitions)), Offset: seq}},
-			})
-			if err != nil {
-				return err
-			}
-			if p := resp.GetPartitions(); len(p) != 1 || p[0].GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
-				return fmt.Errorf("commit refused: %v", p)
-			}
-			return nil
-		}
+	defer closeLoad()
+	if f != nil {
+		fmt.Fprintf(out, "group bench-commits: %d members stable\n", len(f.members))
 	}
 
 	withRaw := o.raw && t.inproc != nil
@@ -225,4 +176,71 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 		fmt.Fprintf(out, "members that were assigned more than once during the run: %d\n", changed)
 	}
 	return ctx.Err()
+}
+
+// commitLoad prepares the commit operation of --mode on t: the topic, and
+// for mode member a stable group. closeLoad releases what it started.
+func commitLoad(ctx context.Context, g *globalOptions, t *target, o commitOptions) (commit func(ctx context.Context, worker int, seq int64) error, f *fleet, closeLoad func(), err error) {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closeLoad = func() { _ = conn.Close() }
+	fail := func(err error) (func(context.Context, int, int64) error, *fleet, func(), error) {
+		closeLoad()
+		return nil, nil, nil, err
+	}
+	if err := createTopic(ctx, conn.Topics(), "bench", o.partitions); err != nil {
+		return fail(err)
+	}
+	switch o.mode {
+	case "member":
+		f = newFleet(ctx, memberOptions{
+			endpoints: t.addrs, group: "bench-commits", topics: []string{"bench"},
+			sessionTimeout: 10 * time.Second, logger: g.logger(),
+		})
+		closeConn := closeLoad
+		closeLoad = func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			f.close(cctx)
+			closeConn()
+		}
+		if _, err := f.add(o.members); err != nil {
+			return fail(err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		_, _, err := f.stable(sctx, client.NoGeneration)
+		cancel()
+		if err != nil {
+			return fail(err)
+		}
+		commit = func(ctx context.Context, worker int, seq int64) error {
+			m := f.members[worker%len(f.members)]
+			parts := m.partitions()
+			if len(parts) == 0 {
+				return fmt.Errorf("member %d holds no partitions", worker%len(f.members))
+			}
+			tp := parts[(worker/len(f.members))%len(parts)]
+			return m.m.Commit(ctx, []client.PartitionOffset{{TopicPartition: tp, Offset: seq}})
+		}
+	case "conn":
+		groups := conn.Groups()
+		commit = func(ctx context.Context, _ int, seq int64) error {
+			resp, err := groups.OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{
+				GroupId: "bench-standalone", Generation: -1,
+				Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "bench", Partition: int32(seq % int64(o.partitions)), Offset: seq}},
+			})
+			if err != nil {
+				return err
+			}
+			if p := resp.GetPartitions(); len(p) != 1 || p[0].GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+				return fmt.Errorf("commit refused: %v", p)
+			}
+			return nil
+		}
+	default:
+		return fail(fmt.Errorf("--mode %q: want member or conn", o.mode))
+	}
+	return commit, f, closeLoad, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cohortlabs/cohort/client"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 func newFailoverCommand(g *globalOptions) *cobra.Command {
@@ -20,6 +21,7 @@ func newFailoverCommand(g *globalOptions) *cobra.Command {
 		mode           string
 		members        int
 		sessionTimeout time.Duration
+		backoffMax     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "failover",
@@ -55,7 +57,7 @@ of a rolling restart.`,
 					return err
 				}
 				defer t.Close()
-				return runFailover(ctx, out, g, t, modes, kills, members, sessionTimeout)
+				return runFailover(ctx, out, g, t, failoverOptions{modes: modes, kills: kills, members: members, session: sessionTimeout, backoffMax: backoffMax})
 			})
 		},
 	}
@@ -64,6 +66,7 @@ of a rolling restart.`,
 	f.StringVar(&mode, "mode", "both", "kill, transfer or both")
 	f.IntVar(&members, "members", 5, "members of the group")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout (heartbeat every third of it)")
+	f.DurationVar(&backoffMax, "client-retry-backoff-max", 0, "members' client.Config.RetryBackoffMax (0: the client's default, 2s)")
 	return cmd
 }
 
@@ -120,12 +123,23 @@ func (c *committer) lastErr() error {
 }
 
 type failoverRound struct {
-	election, commit time.Duration
-	newGenerations   int
-	reassigned       int
+	// election: a survivor says it leads; serving: a standalone commit
+	// sent straight to it (plain gRPC, no client retries) succeeds;
+	// commit: member 0's Commit through the client library succeeds.
+	election, serving, commit time.Duration
+	newGenerations            int
+	reassigned                int
 }
 
-func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target, modes []string, kills, members int, session time.Duration) error {
+type failoverOptions struct {
+	modes          []string
+	kills, members int
+	session        time.Duration
+	backoffMax     time.Duration
+}
+
+func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target, o failoverOptions) error {
+	members := o.members
 	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
 	if err != nil {
 		return err
@@ -136,7 +150,7 @@ func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target
 	}
 	f := newFleet(ctx, memberOptions{
 		endpoints: t.addrs, group: "bench-failover", topics: []string{"failover"},
-		sessionTimeout: session, logger: g.logger(),
+		sessionTimeout: o.session, retryBackoffMax: o.backoffMax, logger: g.logger(),
 	})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -159,28 +173,34 @@ func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target
 	go func() { defer wg.Done(); cm.run(cctx) }()
 	defer func() { stopCommits(); wg.Wait() }()
 
-	fmt.Fprintf(out, "failover, %s cluster (raft defaults: heartbeat/election 500 ms), group of %d members at generation %d, session timeout %v, %s\n",
-		t.kind, members, gen, session, loadLine())
-	tb := newTable(out, "mode", "rounds", "new leader median", "new leader max", "commit median", "commit max", "new generations", "reassignments")
-	for _, mode := range modes {
+	backoff := "client default 2s"
+	if o.backoffMax > 0 {
+		backoff = o.backoffMax.String()
+	}
+	fmt.Fprintf(out, "failover, %s cluster (raft defaults: heartbeat/election 500 ms), group of %d members at generation %d, session timeout %v, client retry backoff max %s, %s\n",
+		t.kind, members, gen, o.session, backoff, loadLine())
+	tb := newTable(out, "mode", "rounds", "new leader median", "max", "leader serves median", "max", "client commit median", "max", "new generations", "reassignments")
+	for _, mode := range o.modes {
 		var rounds []failoverRound
-		for range kills {
+		for range o.kills {
 			r, err := leaderLoss(ctx, t, f, cm, mode)
 			if err != nil {
 				return fmt.Errorf("%s round %d: %w", mode, len(rounds)+1, err)
 			}
 			rounds = append(rounds, r)
 		}
-		var el, co []time.Duration
+		var el, sv, co []time.Duration
 		newGens, reassigned := 0, 0
 		for _, r := range rounds {
-			el, co = append(el, r.election), append(co, r.commit)
+			el, sv, co = append(el, r.election), append(sv, r.serving), append(co, r.commit)
 			newGens += r.newGenerations
 			reassigned += r.reassigned
 		}
 		slices.Sort(el)
+		slices.Sort(sv)
 		slices.Sort(co)
-		tb.row(mode, fmt.Sprint(len(rounds)), ms(median(el)), ms(el[len(el)-1]), ms(median(co)), ms(co[len(co)-1]),
+		tb.row(mode, fmt.Sprint(len(rounds)), ms(median(el)), ms(el[len(el)-1]), ms(median(sv)), ms(sv[len(sv)-1]),
+			ms(median(co)), ms(co[len(co)-1]),
 			fmt.Sprint(newGens), fmt.Sprint(reassigned))
 		fmt.Fprintf(out, "%s: commit times %v\n", mode, roundMs(co))
 	}
@@ -235,8 +255,9 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 			stopped <- t.cluster.Stop(sctx, leader)
 		}()
 	}
+	var next int
 	for {
-		if t.probe.Leader(ctx, survivors) >= 0 {
+		if next = t.probe.Leader(ctx, survivors); next >= 0 {
 			r.election = time.Since(t0)
 			break
 		}
@@ -244,6 +265,9 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 			return r, errors.New("no new leader within 30s")
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+	if r.serving, err = untilServing(ctx, t, next, t0); err != nil {
+		return r, err
 	}
 	end, err := waitFor(ctx, found, 30*time.Second)
 	if err != nil {
@@ -273,6 +297,30 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 		}
 	}
 	return r, nil
+}
+
+// untilServing sends standalone commits straight to node i every 2 ms until
+// one succeeds, and returns the time since t0.
+func untilServing(ctx context.Context, t *target, i int, t0 time.Time) (time.Duration, error) {
+	cc, err := t.probe.Conn(t.addrs[i])
+	if err != nil {
+		return 0, err
+	}
+	groups := cohortv1.NewGroupCoordinatorClient(cc)
+	req := &cohortv1.OffsetCommitRequest{GroupId: "bench-failover-probe", Generation: -1,
+		Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "failover", Partition: 0, Offset: 1}}}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := groups.OffsetCommit(rctx, req)
+		cancel()
+		if err == nil {
+			return time.Since(t0), nil
+		}
+		if time.Since(t0) > 30*time.Second || ctx.Err() != nil {
+			return 0, fmt.Errorf("new leader %s does not take commits within 30s: %v", t.addrs[i], err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func waitFor(ctx context.Context, ch <-chan time.Time, d time.Duration) (time.Time, error) {

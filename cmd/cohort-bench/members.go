@@ -18,7 +18,10 @@ type memberOptions struct {
 	topics            []string
 	sessionTimeout    time.Duration
 	heartbeatInterval time.Duration
-	logger            *slog.Logger
+	// retryBackoffMax caps the client's retry backoff (0: the client's
+	// default, 2 s).
+	retryBackoffMax time.Duration
+	logger          *slog.Logger
 }
 
 // member is one client.Member with what its callbacks saw.
@@ -30,6 +33,7 @@ type member struct {
 	assignedAt time.Time
 	assigned   int // OnAssigned calls
 	revoked    int // OnRevoked calls
+	revokedAt  time.Time
 	parts      []client.TopicPartition
 	runErr     error
 	done       chan struct{}
@@ -49,6 +53,12 @@ func (m *member) counts() (assigned, revoked int) {
 	return m.assigned, m.revoked
 }
 
+func (m *member) lastRevoked() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revokedAt
+}
+
 func (m *member) partitions() []client.TopicPartition {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -65,6 +75,7 @@ func startMember(ctx context.Context, o memberOptions, i int) (*member, error) {
 		Topics:            o.topics,
 		SessionTimeout:    o.sessionTimeout,
 		HeartbeatInterval: o.heartbeatInterval,
+		RetryBackoffMax:   o.retryBackoffMax,
 		Logger:            o.logger,
 		OnAssigned: func(_ context.Context, gen int32, a []client.TopicPartition) {
 			now := time.Now()
@@ -76,6 +87,7 @@ func startMember(ctx context.Context, o memberOptions, i int) (*member, error) {
 		OnRevoked: func(context.Context, []client.TopicPartition) {
 			bm.mu.Lock()
 			bm.revoked++
+			bm.revokedAt = time.Now()
 			bm.parts = nil
 			bm.mu.Unlock()
 		},

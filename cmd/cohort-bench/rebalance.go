@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,7 +33,10 @@ included, holds the assignment of one new generation (OnAssigned).
 
 Existing members learn of the rebalance from their next heartbeat (eager
 protocol, as in Kafka's classic coordinator), so the figure includes up to
-one --heartbeat-interval: compare it with the interval.`,
+one --heartbeat-interval. Rounds start at a random phase of the heartbeat
+rhythm, so on average half an interval; the "after last rejoin" columns
+exclude it: the time from the last existing member's revocation (the moment
+its heartbeat told it to rejoin) to the last member's new assignment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
@@ -54,7 +59,7 @@ one --heartbeat-interval: compare it with the interval.`,
 				}
 				fmt.Fprintf(out, "rebalance latency, %s cluster, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
 					t.kind, heartbeatInterval, sessionTimeout, partitions, loadLine())
-				tb := newTable(out, "members", "rounds", "median", "max", "min", "generations/round", "form group")
+				tb := newTable(out, "members", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
 				for _, n := range ns {
 					row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval)
 					if err != nil {
@@ -98,15 +103,16 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 		return nil, err
 	}
 	form := time.Since(formStart)
-	var lat []time.Duration
+	var lat, proto []time.Duration
 	gens := 0
 	for range rounds {
 		// Let heartbeats settle into their rhythm after the last rebalance.
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(hb + hb/2):
+		case <-time.After(hb + rand.N(hb)):
 		}
+		old := slices.Clone(f.members)
 		t0 := time.Now()
 		if _, err := f.add(1); err != nil {
 			return nil, err
@@ -118,12 +124,20 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 			return nil, err
 		}
 		lat = append(lat, last.Sub(t0))
+		var lastRevoke time.Time
+		for _, m := range old {
+			if r := m.lastRevoked(); r.After(lastRevoke) {
+				lastRevoke = r
+			}
+		}
+		proto = append(proto, last.Sub(lastRevoke))
 		gens += int(next - gen)
 		gen = next
 	}
-	sorted := append([]time.Duration(nil), lat...)
-	med := median(sorted)
-	return []string{fmt.Sprint(n), fmt.Sprint(rounds), ms(med), ms(sorted[len(sorted)-1]), ms(sorted[0]),
+	slices.Sort(lat)
+	slices.Sort(proto)
+	return []string{fmt.Sprint(n), fmt.Sprint(rounds), ms(median(lat)), ms(lat[len(lat)-1]), ms(lat[0]),
+		ms(median(proto)), ms(proto[len(proto)-1]),
 		fmt.Sprintf("%.1f", float64(gens)/float64(rounds)), form.Round(time.Millisecond).String()}, nil
 }
 
