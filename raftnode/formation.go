@@ -41,7 +41,8 @@ func (n *Node) runFormation() {
 			n.bootstrap(servers)
 		}
 	case len(n.cfg.Join) > 0:
-		n.log.Warn("join without bootstrap-expect: joining a running cluster is not supported yet; waiting to be added by an operator", "join", n.cfg.Join)
+		// runJoin asks the cluster to add this node (membership.go).
+		n.log.Info("joining a running cluster", "join", n.cfg.Join)
 	}
 }
 
@@ -94,7 +95,7 @@ func (n *Node) awaitExpectedPeers(ctx context.Context) ([]raft.Server, error) {
 				continue
 			}
 			if info.GetHasState() {
-				n.log.Info("peer already belongs to a raft cluster: not bootstrapping; joining a running cluster is not supported yet, waiting to be contacted by its leader",
+				n.log.Info("peer already belongs to a raft cluster: not bootstrapping; waiting to be contacted by its leader (start without --bootstrap-expect to join a running cluster)",
 					"peer", info.GetNodeId(), "peer_address", addr, "leader", info.GetLeaderId())
 				return nil, nil
 			}
