@@ -34,20 +34,23 @@ moment succeeds; then it restarts the node, waits until every node has caught
 up, and checks that no member saw a new generation or a rebalance.
 
 --mode kill: SIGKILL (server.Kill in-process): no leadership transfer.
---mode transfer: SIGTERM (server.Shutdown in-process): the leader hands
-leadership over (raft LeadershipTransfer) before it stops, the planned path
-of a rolling restart.`,
+--mode transfer: the ClusterService TransferLeadership admin RPC (what
+'cohortctl cluster transfer-leader' sends): raft hands leadership to the
+most up-to-date voter; no node stops.
+--mode sigterm: SIGTERM (server.Shutdown in-process): the leader hands
+leadership over before it stops, the path of a rolling restart.
+--mode all runs kill, transfer and sigterm.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
 				var modes []string
 				switch mode {
-				case "kill", "transfer":
+				case "kill", "transfer", "sigterm":
 					modes = []string{mode}
-				case "both":
-					modes = []string{"kill", "transfer"}
+				case "all":
+					modes = []string{"kill", "transfer", "sigterm"}
 				default:
-					return fmt.Errorf("--mode %q: want kill, transfer or both", mode)
+					return fmt.Errorf("--mode %q: want kill, transfer, sigterm or all", mode)
 				}
 				if len(g.endpoints) > 0 {
 					return errors.New("failover kills nodes, so it needs a cluster it started itself (no --endpoints)")
@@ -63,7 +66,7 @@ of a rolling restart.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&kills, "kills", 10, "leader losses per mode")
-	f.StringVar(&mode, "mode", "both", "kill, transfer or both")
+	f.StringVar(&mode, "mode", "all", "kill, transfer, sigterm or all")
 	f.IntVar(&members, "members", 5, "members of the group")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout (heartbeat every third of it)")
 	f.DurationVar(&backoffMax, "client-retry-backoff-max", 0, "members' client.Config.RetryBackoffMax (0: the client's default, 2s)")
@@ -245,9 +248,13 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 	t0 := time.Now()
 	found := cm.arm(t0)
 	stopped := make(chan error, 1)
+	restart := true
 	switch mode {
 	case "kill":
 		stopped <- t.cluster.Kill(leader)
+	case "transfer":
+		restart = false
+		go func() { stopped <- transferLeadership(ctx, t, leader) }()
 	default:
 		go func() {
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -277,8 +284,10 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 	if err := <-stopped; err != nil {
 		return r, err
 	}
-	if err := t.cluster.Restart(ctx, leader); err != nil {
-		return r, err
+	if restart {
+		if err := t.cluster.Restart(ctx, leader); err != nil {
+			return r, err
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	_, err = t.probe.WaitServing(wctx, t.live)
@@ -297,6 +306,25 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 		}
 	}
 	return r, nil
+}
+
+// transferLeadership asks node i (the leader) to hand leadership to the
+// most up-to-date voter, through the cluster admin API.
+func transferLeadership(ctx context.Context, t *target, i int) error {
+	cc, err := t.probe.Conn(t.addrs[i])
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := cohortv1.NewClusterServiceClient(cc).TransferLeadership(tctx, &cohortv1.TransferLeadershipRequest{})
+	if err != nil {
+		return fmt.Errorf("TransferLeadership on %s: %w", t.addrs[i], err)
+	}
+	if !resp.GetChanged() {
+		return fmt.Errorf("TransferLeadership on %s changed nothing: %s", t.addrs[i], resp.GetMessage())
+	}
+	return nil
 }
 
 // untilServing sends standalone commits straight to node i every 2 ms until
