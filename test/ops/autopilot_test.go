@@ -1,0 +1,110 @@
+package ops
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold:
+// with autopilot on, a joining non-voter is promoted once it has been
+// healthy for the stabilisation time (not by itself), and a killed voter is
+// removed once it has been dead for the threshold, never below the
+// minimum quorum.
+func Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(t *testing.T) {
+	const stabilization, threshold = 2 * time.Second, 3 * time.Second
+	c := newCluster(t, "--autopilot", "--autopilot-cleanup-dead-servers",
+		"--autopilot-dead-server-threshold", threshold.String(), "--autopilot-server-stabilization-time", stabilization.String(),
+		"--autopilot-interval", "200ms", "--autopilot-min-quorum", "3")
+	c.form(3)
+	st := c.waitVoters("n1", "n2", "n3")
+	if ap := st.GetAutopilot(); !ap.GetEnabled() || !ap.GetCleanupDeadServers() || ap.GetMinQuorum() != 3 || ap.GetDeadServerThresholdMs() != threshold.Milliseconds() {
+		t.Fatalf("status does not show the autopilot configuration: %v", ap)
+	}
+	waitFor(t, 10*time.Second, "autopilot's view in status", func() (bool, string) {
+		st, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.GetAutopilot().GetHealthy() && st.GetAutopilot().GetFailureTolerance() == 1 && server(st, st.GetLeaderId()).GetAutopilotState() == "leader", describe(st)
+	})
+
+	// raft-autopilot treats every server as stable during the first
+	// stabilisation time after it starts on a new leader (it has no
+	// history yet); past that, a new server must earn it.
+	leader := st.GetLeaderId()
+	waitFor(t, 10*time.Second, "autopilot running on the leader for the stabilization time", func() (bool, string) {
+		started := autopilotStart(c.nodes[leader].out.String())
+		return !started.IsZero() && time.Since(started) > stabilization+200*time.Millisecond, "started at " + started.String()
+	})
+	c.start("n4", "--join", strings.Join(c.grpcAddrs("n1", "n2", "n3"), ","))
+	var added time.Time
+	waitFor(t, 20*time.Second, "n4 added as a non-voter", func() (bool, string) {
+		st, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		s := server(st, "n4")
+		if s != nil && added.IsZero() {
+			added = time.Now()
+		}
+		return s != nil, describe(st)
+	})
+	waitFor(t, 30*time.Second, "n4 promoted by autopilot", func() (bool, string) {
+		st, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		s := server(st, "n4")
+		return s != nil && s.GetVoter(), describe(st)
+	})
+	if d := time.Since(added); d < stabilization-500*time.Millisecond {
+		t.Fatalf("n4 promoted %s after it was added, before the stabilization time %s", d, stabilization)
+	}
+	if out := c.nodes["n4"].out.String(); strings.Contains(out, "promoted to voter") || !strings.Contains(out, "autopilot_promotes=true") {
+		t.Fatalf("n4 should leave its promotion to autopilot:\n%s", tail(out, 20))
+	}
+	c.waitVoters("n1", "n2", "n3", "n4")
+
+	// A dead voter goes after the threshold.
+	c.kill("n4")
+	killed := time.Now()
+	waitFor(t, 30*time.Second, "n4 removed by autopilot", func() (bool, string) {
+		st, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return server(st, "n4") == nil, describe(st)
+	})
+	if d := time.Since(killed); d < threshold {
+		t.Fatalf("n4 removed %s after it died, before the threshold %s", d, threshold)
+	}
+	c.waitVoters("n1", "n2", "n3")
+
+	// Never below the minimum quorum: a dead n3 stays.
+	c.kill("n3")
+	deadline := time.Now().Add(threshold + 2*time.Second)
+	for time.Now().Before(deadline) {
+		st, err := c.status()
+		if err == nil && server(st, "n3") == nil {
+			t.Fatalf("autopilot removed n3 below the minimum quorum: %s", describe(st))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// autopilotStart finds when autopilot last started in a node's log.
+func autopilotStart(log string) time.Time {
+	var at time.Time
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="autopilot started"`) {
+			continue
+		}
+		if ts, ok := strings.CutPrefix(strings.Fields(line)[0], "time="); ok {
+			if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+				at = t
+			}
+		}
+	}
+	return at
+}
