@@ -31,7 +31,7 @@ type AutopilotConfig struct {
 	// CleanupDeadServers removes servers that failed the leader's probes
 	// for DeadServerThreshold (never below MinQuorum voters, never more
 	// than keeps a healthy quorum).
-	CleanupDeadServers bool
+	CleanupDeadServers  bool
 	DeadServerThreshold time.Duration
 	// ServerStabilizationTime is how long a non-voter must be healthy
 	// before it is promoted.

@@ -290,4 +290,3 @@ func raftStateProto(s raft.RaftState) cohortv1.RaftState {
 		return cohortv1.RaftState_RAFT_STATE_UNSPECIFIED
 	}
 }
-

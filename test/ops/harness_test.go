@@ -2,8 +2,8 @@ package ops
 
 import (
 	"bytes"
-	"flag"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
