@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"time"
 
@@ -85,8 +86,8 @@ func (n *Node) awaitExpectedPeers(ctx context.Context) ([]raft.Server, error) {
 			return nil, nil
 		}
 		found := map[string]raft.Server{n.id: {Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.cfg.RaftAdvertise)}}
-		var problems []string
-		for _, addr := range n.cfg.Join {
+		addrs, problems := expandJoin(ctx, net.DefaultResolver.LookupHost, n.cfg.Join)
+		for _, addr := range addrs {
 			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 			info, err := n.peers.NodeInfo(cctx, addr)
 			cancel()
@@ -132,6 +133,45 @@ func (n *Node) awaitExpectedPeers(ctx context.Context) ([]raft.Server, error) {
 		case <-ticker.C:
 		}
 	}
+}
+
+// expandJoin turns join entries into the addresses to poll: an entry whose
+// host is a name becomes one address per record the name resolves to now,
+// so that a headless service (one name, an A record per pod) reaches every
+// node rather than the one a dialler would pick. IP literals pass through;
+// a name that does not resolve (yet) is a problem for this round only, as
+// records appear while pods start. Duplicates are dropped, order is kept.
+func expandJoin(ctx context.Context, lookup func(ctx context.Context, host string) ([]string, error), join []string) (addrs, problems []string) {
+	seen := map[string]bool{}
+	add := func(a string) {
+		if !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	for _, entry := range join {
+		host, port, err := net.SplitHostPort(entry)
+		if err != nil || net.ParseIP(host) != nil {
+			add(entry) // validated at start; an IP needs no lookup
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+		ips, err := lookup(lctx, host)
+		cancel()
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("resolve join address %s: %v", entry, err))
+			continue
+		}
+		if len(ips) == 0 {
+			problems = append(problems, fmt.Sprintf("resolve join address %s: no addresses", entry))
+			continue
+		}
+		sort.Strings(ips)
+		for _, ip := range ips {
+			add(net.JoinHostPort(ip, port))
+		}
+	}
+	return addrs, problems
 }
 
 // hasConfiguration reports whether raft holds any configuration, i.e. this
