@@ -111,7 +111,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.autopilot.Interval, "autopilot-interval", raftnode.DefaultAutopilotInterval, "how often autopilot checks health and reconciles")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	cmd.AddCommand(newLeaveCommand())
+	cmd.AddCommand(newLeaveCommand(), newRecoverCommand())
 	return cmd
 }
 

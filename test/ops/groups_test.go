@@ -31,10 +31,11 @@ func Test_Process_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits(t *testing.T
 	if gen1 <= gen0 {
 		t.Fatalf("generation %d after m3 joined, was %d", gen1, gen0)
 	}
-	logs := c.nodes["n4"].out.String() + c.nodes["n5"].out.String()
-	if strings.Count(logs, "asked the cluster to add this node as a non-voter") != 2 || strings.Count(logs, "promoted to voter") != 2 {
-		t.Fatalf("n4 and n5 did not each join as a non-voter and get promoted; their logs:\n%s", tail(logs, 40))
-	}
+	waitFor(t, 10*time.Second, "n4 and n5 each joined as a non-voter and were promoted", func() (bool, string) {
+		logs := c.nodes["n4"].out.String() + c.nodes["n5"].out.String()
+		return strings.Count(logs, "asked the cluster to add this node as a non-voter") == 2 &&
+			strings.Count(logs, "joined the cluster as a voter") == 2, tail(logs, 30)
+	})
 
 	load.stop("m1") // another rebalance while it shrinks
 	c.mustCtl("cluster", "remove", "n4")

@@ -1,0 +1,64 @@
+package raftnode
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cohortlabs/cohort/fsm"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// RecoverAsSingleNode rewrites the Raft configuration in a stopped node's
+// data dir so that the node is the cluster's only voter, at raftAddr. It is
+// the way out of a lost quorum (the other voters are gone for good): start
+// the node afterwards and it elects itself with every entry it has, then
+// grow the cluster again with fresh nodes that --join. Entries that only the
+// lost nodes had are lost. It fails when another process holds the data dir.
+func RecoverAsSingleNode(dataDir, raftAddr string, log *slog.Logger) (nodeID string, err error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, nodeIDFile))
+	if err != nil {
+		return "", fmt.Errorf("read the node ID in %s (is it a cohortd data dir?): %w", dataDir, err)
+	}
+	nodeID = strings.TrimSpace(string(b))
+	if err := validateAdvertise("raft address", raftAddr); err != nil {
+		return "", err
+	}
+	dbPath := filepath.Join(dataDir, "raft", "raft.db")
+	if _, err := os.Stat(dbPath); err != nil {
+		return "", fmt.Errorf("no raft state in %s: %w", dataDir, err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        dbPath,
+		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+	})
+	if err != nil {
+		return "", fmt.Errorf("open %s (stop cohortd first): %w", dbPath, err)
+	}
+	defer store.Close()
+	hlog := newHCLogAdapter(log, "raft")
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dataDir, "raft"), 2, hlog.Named("snapshots"))
+	if err != nil {
+		return "", fmt.Errorf("open snapshot store in %s: %w", dataDir, err)
+	}
+	snaps := &trackingSnapshotStore{SnapshotStore: fileSnaps}
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(raftAddr))
+	defer trans.Close()
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(nodeID)
+	rc.Logger = hlog
+	adapter := &fsmAdapter{f: fsm.New(), snaps: snaps, metrics: newMetrics()}
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(nodeID), Address: raft.ServerAddress(raftAddr)}}}
+	if err := raft.RecoverCluster(rc, adapter, store, store, snaps, trans, conf); err != nil {
+		return "", fmt.Errorf("recover the raft configuration in %s: %w", dataDir, err)
+	}
+	return nodeID, nil
+}
