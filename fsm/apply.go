@@ -205,6 +205,11 @@ func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
 	} else {
 		s.groups[g.ID] = g
 	}
+	if g.ProtocolType != c.GetProtocolType() && (g.State == Stable || g.State == CompletingRebalance) {
+		// Only a sole member can switch the type, and the type decides who
+		// assigns (a leader, or the FSM for "server"): rebalance.
+		s.prepareRebalance(now, g)
+	}
 	g.ProtocolType = c.GetProtocolType()
 	res := &ApplyResult{Group: g}
 

@@ -296,3 +296,24 @@ func BenchmarkServerSideJoinCompletion(b *testing.B) {
 		})
 	}
 }
+
+// A sole member switching its group between client-side and server-side
+// assignment rebalances, so the new type's rule decides who assigns (found
+// by the property test: a CompletingRebalance group turned "server" would
+// have waited for a leader's plan forever).
+func Test_ServerSide_SoleMemberSwitchingTypeRebalances(t *testing.T) {
+	h := newHarness(t)
+	h.ok(at(1, createTopic{"t", 4}))
+	res := h.ok(at(2, join{group: "g", member: "a", topics: []string{"t"}, protocols: []string{"range"}, newMember: true}))
+	if res.Group.State != CompletingRebalance {
+		t.Fatalf("client-side: %s", res.Group.State)
+	}
+	res = h.ok(at(3, serverJoin("g", "a", []string{"range"}, "", false)))
+	if g := res.Group; g.State != Stable || g.Generation != 2 || g.Members[0].Assignment.Len() != 4 {
+		t.Fatalf("after switching to server: %s generation %d %v", g.State, g.Generation, ownedBy(g))
+	}
+	res = h.ok(at(4, join{group: "g", member: "a", topics: []string{"t"}, protocols: []string{"range"}}))
+	if g := res.Group; g.State != CompletingRebalance || g.Generation != 3 || g.Members[0].Assignment.Len() != 0 {
+		t.Fatalf("after switching back: %s generation %d", g.State, g.Generation)
+	}
+}
