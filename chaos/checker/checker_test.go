@@ -201,6 +201,20 @@ func Test_Agreement_StaticReplacementIsNotADoubleOwner(t *testing.T) {
 	assertValid(t, Agreement(es))
 }
 
+func Test_Agreement_StaticLeaderReplacedAfterLostAnswerIsOneLeader(t *testing.T) {
+	es := []history.Entry{
+		// m2 is told the leader is "lost" (the static instance's ID whose
+		// JoinGroup answer never reached it); the instance's retry replaces
+		// it as "s-new" within the same generation.
+		join("i2", "m2", "", 8, "lost", 1*s),
+		join("i1", "s-new", "inst-1", 8, "s-new", 2*s, history.Member{Member: "s-new", Instance: "inst-1"}, history.Member{Member: "m2"}),
+	}
+	assertValid(t, Agreement(es))
+	// Two real, different members named leader is still a disagreement.
+	es = append(es, join("i3", "m3", "", 8, "m2", 3*s))
+	assertFlags(t, Agreement(es), KindLeaderDisagree)
+}
+
 func Test_Agreement_FlagsLeaderAndMemberListDisagreement(t *testing.T) {
 	es := append(healthyGroup(), join("i2", "m2", "", 2, "m2", 5*s))
 	assertFlags(t, Agreement(es), KindLeaderDisagree)

@@ -93,6 +93,20 @@ func Agreement(es []history.Entry) Result {
 		}
 	}
 
+	// Member IDs some client was answered with. A static member whose
+	// JoinGroup answer was lost (timeout, leader change) is replaced, within
+	// the same generation, by its retry's new ID — leadership included — so
+	// the others may name the lost ID as leader while the static member
+	// names its new one: the same instance, not a disagreement.
+	known := map[string]bool{}
+	for _, e := range joins {
+		if e.Outcome == history.OK {
+			known[e.Member] = true
+			for _, m := range e.Members {
+				known[m.Member] = true
+			}
+		}
+	}
 	leaders := map[genKey]history.Entry{}
 	rosters := map[genKey]history.Entry{}
 	for _, e := range joins {
@@ -103,7 +117,7 @@ func Agreement(es []history.Entry) Result {
 		gk := genKey{e.Group, e.Generation}
 		if prev, ok := leaders[gk]; !ok {
 			leaders[gk] = e
-		} else if who(ids, prev.Leader) != who(ids, e.Leader) {
+		} else if a, b := who(ids, prev.Leader), who(ids, e.Leader); a != b && !staticReplacement(ids, known, a, b) {
 			as = append(as, Anomaly{Kind: KindLeaderDisagree, Message: fmt.Sprintf(
 				"%s: members were told different group leaders, %s and %s", gk, prev.Leader, e.Leader),
 				Ops: []history.Entry{prev, e}})
@@ -135,6 +149,13 @@ func Agreement(es []history.Entry) Result {
 		}
 	}
 	return result(NameAgreement, checked, as)
+}
+
+// staticReplacement: one leader is a static instance and the other an ID
+// no client was ever answered with (the instance's lost incarnation).
+func staticReplacement(ids map[string]string, known map[string]bool, a, b string) bool {
+	static := func(x string) bool { return strings.HasPrefix(x, "instance:") }
+	return (static(a) && !known[b] && !static(b)) || (static(b) && !known[a] && !static(a))
 }
 
 func roster(ids map[string]string, ms []history.Member) []string {

@@ -1,0 +1,633 @@
+// Package cluster runs real cohortd processes for the chaos suite and
+// injects faults from outside them: kill -9, restart, SIGSTOP/SIGCONT, and
+// (in netns mode) network partitions with iptables inside each node's own
+// network namespace.
+//
+// Two modes:
+//   - netns: each node in its own network namespace (cch<I>-n<k>) with its
+//     own address 10.77.<I>.<10+k> on a bridge (cch<I>-br) the cluster
+//     creates; partitions drop packets on a node's INPUT chain. Needs root,
+//     ip(8) and iptables(8).
+//   - local: nodes on 127.0.0.1 with their own ports; kill and pause only.
+//
+// What it must never do: send traffic anywhere but loopback and the
+// 10.77.<I>.0/24 network it creates, or leave a namespace, link, iptables
+// rule, process or directory behind. Everything it makes is named with the
+// instance's prefix, and New first removes whatever a crashed run with the
+// same prefix left.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// Mode is how nodes are isolated.
+type Mode string
+
+const (
+	ModeNetns Mode = "netns"
+	ModeLocal Mode = "local"
+)
+
+// Config configures a cluster.
+type Config struct {
+	Mode  Mode
+	Nodes int // 3 or 5
+	// Instance separates concurrent runs on one machine: it picks the name
+	// prefix (cch<Instance>) and the subnet (10.77.<Instance>.0/24).
+	Instance int
+	// Binary is the cohortd to run; CtlBinary the cohortctl (membership
+	// faults; optional).
+	Binary    string
+	CtlBinary string
+	// LogDir receives one log file per node (appended across restarts).
+	LogDir string
+	// ExtraArgs are passed to every cohortd.
+	ExtraArgs []string
+	Logger    *slog.Logger
+}
+
+// Node is one cohortd.
+type Node struct {
+	ID       string // n1..n5, also the raft server ID
+	Index    int    // 1-based
+	IP       string
+	RaftAddr string
+	GRPCAddr string
+	HTTPAddr string
+	NetNS    string // "" in local mode
+	DataDir  string
+	LogPath  string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	paused  bool
+	starts  int
+	removed bool // taken out of the raft configuration by the nemesis
+	// joinOnly: the node lost its data and joins the running cluster
+	// through --join (no --bootstrap-expect), as an operator's fresh node.
+	joinOnly bool
+}
+
+// Running reports whether the node's process is alive (paused counts).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runningLocked()
+}
+
+func (n *Node) runningLocked() bool {
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Paused reports whether the node is stopped with SIGSTOP.
+func (n *Node) Paused() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.paused
+}
+
+// Cluster is a set of cohortd processes and the network between them.
+type Cluster struct {
+	cfg     Config
+	prefix  string
+	subnet  string // "10.77.<I>"
+	dataDir string
+	log     *slog.Logger
+	Nodes   []*Node
+
+	mu          sync.Mutex
+	partitioned bool
+	netUp       bool
+}
+
+// Prefix is the name prefix of everything an instance creates.
+func Prefix(instance int) string { return fmt.Sprintf("cch%d", instance) }
+
+// New prepares a cluster: removes leftovers of a crashed run of the same
+// instance, creates the data directories and, in netns mode, the network.
+// Nothing is started yet. Close undoes everything.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Nodes < 1 || cfg.Nodes > 9 {
+		return nil, fmt.Errorf("cluster: %d nodes: want 1 to 9", cfg.Nodes)
+	}
+	if cfg.Instance < 0 || cfg.Instance > 200 {
+		return nil, fmt.Errorf("cluster: instance %d: want 0 to 200", cfg.Instance)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{cfg: cfg, prefix: Prefix(cfg.Instance), subnet: fmt.Sprintf("10.77.%d", cfg.Instance), log: cfg.Logger}
+	if err := Cleanup(cfg.Instance, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("cluster: remove leftovers of an earlier run: %w", err)
+	}
+	dir, err := os.MkdirTemp("", dataDirPrefix(cfg.Instance))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: data dir: %w", err)
+	}
+	c.dataDir = dir
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("cluster: log dir: %w", err)
+	}
+	var ports []int
+	if cfg.Mode == ModeLocal {
+		if ports, err = freePorts(3 * cfg.Nodes); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	for i := 1; i <= cfg.Nodes; i++ {
+		n := &Node{ID: fmt.Sprintf("n%d", i), Index: i, DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)),
+			LogPath: filepath.Join(cfg.LogDir, fmt.Sprintf("n%d.log", i))}
+		switch cfg.Mode {
+		case ModeNetns:
+			n.IP = fmt.Sprintf("%s.%d", c.subnet, 10+i)
+			n.NetNS = fmt.Sprintf("%s-n%d", c.prefix, i)
+			n.RaftAddr, n.GRPCAddr, n.HTTPAddr = n.IP+":7000", n.IP+":9000", n.IP+":8000"
+		case ModeLocal:
+			n.IP = "127.0.0.1"
+			p := ports[3*(i-1):]
+			n.RaftAddr = net.JoinHostPort(n.IP, strconv.Itoa(p[0]))
+			n.GRPCAddr = net.JoinHostPort(n.IP, strconv.Itoa(p[1]))
+			n.HTTPAddr = net.JoinHostPort(n.IP, strconv.Itoa(p[2]))
+		default:
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("cluster: unknown mode %q", cfg.Mode)
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	if cfg.Mode == ModeNetns {
+		if err := c.setupNetwork(); err != nil {
+			c.teardownNetwork()
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func dataDirPrefix(instance int) string { return fmt.Sprintf("cohort-chaos-%s-", Prefix(instance)) }
+
+// Mode of the cluster.
+func (c *Cluster) Mode() Mode { return c.cfg.Mode }
+
+// Endpoints are the nodes' gRPC addresses.
+func (c *Cluster) Endpoints() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.GRPCAddr
+	}
+	return out
+}
+
+// Node by ID.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) args(n *Node) []string {
+	var others []string
+	for _, o := range c.Nodes {
+		if o != n {
+			others = append(others, o.GRPCAddr)
+		}
+	}
+	a := []string{
+		"--node-id", n.ID, "--data-dir", n.DataDir,
+		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
+	}
+	if n.joinOnly {
+		a = append(a, "--join", strings.Join(others, ","))
+	} else {
+		a = append(a, "--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(c.Endpoints(), ","))
+	}
+	return append(a, c.cfg.ExtraArgs...)
+}
+
+// StartAll starts every node and waits until the cluster has a leader.
+func (c *Cluster) StartAll(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		if err := c.Start(n); err != nil {
+			return err
+		}
+	}
+	_, err := c.WaitLeader(ctx)
+	return err
+}
+
+// Start starts (or restarts) a node's process. It returns once the process
+// runs; the node may take a moment to serve.
+func (c *Cluster) Start(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.runningLocked() {
+		return nil
+	}
+	if err := os.MkdirAll(n.DataDir, 0o755); err != nil {
+		return fmt.Errorf("start %s: %w", n.ID, err)
+	}
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start %s: log: %w", n.ID, err)
+	}
+	n.starts++
+	fmt.Fprintf(logf, "=== cohort-chaos: start #%d of %s at %s\n", n.starts, n.ID, time.Now().Format(time.RFC3339Nano))
+	var cmd *exec.Cmd
+	if n.NetNS != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", n.NetNS, c.cfg.Binary}, c.args(n)...)...)
+	} else {
+		cmd = exec.Command(c.cfg.Binary, c.args(n)...)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group (a Ctrl-C to the harness reaches the harness only,
+	// which then stops the nodes itself), and killed with the harness if it
+	// dies: no orphaned cohortd survives a crashed run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", n.ID, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		fmt.Fprintf(logf, "=== cohort-chaos: %s (pid %d) exited: %v\n", n.ID, cmd.Process.Pid, err)
+		logf.Close()
+		close(exited)
+	}()
+	n.cmd, n.exited, n.paused = cmd, exited, false
+	c.log.Debug("node started", "node", n.ID, "pid", cmd.Process.Pid)
+	return nil
+}
+
+// Kill sends SIGKILL and waits for the process to go.
+func (c *Cluster) Kill(n *Node) error { return c.signalAndWait(n, syscall.SIGKILL, 10*time.Second) }
+
+// Stop sends SIGTERM (graceful: a leader hands over first) and waits, then
+// kills what is left.
+func (c *Cluster) Stop(n *Node) error {
+	if err := c.signalAndWait(n, syscall.SIGTERM, 20*time.Second); err != nil {
+		return c.Kill(n)
+	}
+	return nil
+}
+
+func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, wait time.Duration) error {
+	n.mu.Lock()
+	if !n.runningLocked() {
+		n.mu.Unlock()
+		return nil
+	}
+	pid, exited, paused := n.cmd.Process.Pid, n.exited, n.paused
+	n.mu.Unlock()
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to %s: %w", sig, n.ID, err)
+	}
+	if paused && sig != syscall.SIGKILL {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	select {
+	case <-exited:
+		n.mu.Lock()
+		n.paused = false
+		n.mu.Unlock()
+		return nil
+	case <-time.After(wait):
+		return fmt.Errorf("%s (pid %d) still running %v after %v", n.ID, pid, wait, sig)
+	}
+}
+
+// Pause stops the node's process with SIGSTOP.
+func (c *Cluster) Pause(n *Node) error { return c.stopCont(n, syscall.SIGSTOP, true) }
+
+// Resume continues a paused node with SIGCONT.
+func (c *Cluster) Resume(n *Node) error { return c.stopCont(n, syscall.SIGCONT, false) }
+
+func (c *Cluster) stopCont(n *Node, sig syscall.Signal, paused bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.runningLocked() {
+		n.paused = false
+		return nil
+	}
+	if err := syscall.Kill(n.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to %s: %w", sig, n.ID, err)
+	}
+	n.paused = paused
+	return nil
+}
+
+// Wipe deletes a stopped node's data directory (its raft state and ID);
+// its next start joins the running cluster as a fresh node.
+func (c *Cluster) Wipe(n *Node) error {
+	if n.Running() {
+		return fmt.Errorf("wipe %s: still running", n.ID)
+	}
+	n.mu.Lock()
+	n.joinOnly = true
+	n.mu.Unlock()
+	if err := os.RemoveAll(n.DataDir); err != nil {
+		return fmt.Errorf("wipe %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// SetRemoved marks a node as out of the raft configuration (or back in).
+func (n *Node) SetRemoved(v bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.removed = v
+}
+
+// Removed reports whether the nemesis took the node out of the cluster.
+func (n *Node) Removed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.removed
+}
+
+// NodeInfo asks one node who it is and whom it follows.
+func (c *Cluster) NodeInfo(ctx context.Context, n *Node) (*cohortv1.NodeInfoResponse, error) {
+	conn, err := grpc.NewClient(n.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return cohortv1.NewClusterServiceClient(conn).NodeInfo(ctx, &cohortv1.NodeInfoRequest{})
+}
+
+// Leader returns the node that claims leadership in the highest term among
+// the running, unpaused nodes, or nil when none does.
+func (c *Cluster) Leader(ctx context.Context) *Node {
+	type claim struct {
+		n    *Node
+		term uint64
+	}
+	var mu sync.Mutex
+	var best *claim
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		if !n.Running() || n.Paused() {
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			info, err := c.NodeInfo(cctx, n)
+			if err != nil || info.GetState() != cohortv1.RaftState_RAFT_STATE_LEADER {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if best == nil || info.GetTerm() > best.term {
+				best = &claim{n, info.GetTerm()}
+			}
+		})
+	}
+	wg.Wait()
+	if best == nil {
+		return nil
+	}
+	return best.n
+}
+
+// WaitLeaderAfterStart starts every node and waits for a leader.
+func (c *Cluster) WaitLeaderAfterStart(ctx context.Context) (*Node, error) {
+	for _, n := range c.Nodes {
+		if err := c.Start(n); err != nil {
+			return nil, err
+		}
+	}
+	return c.WaitLeader(ctx)
+}
+
+// WaitLeader polls until a leader is known and every running node is ready.
+func (c *Cluster) WaitLeader(ctx context.Context) (*Node, error) {
+	for {
+		if l := c.Leader(ctx); l != nil && c.ready(ctx) {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster: no leader: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) ready(ctx context.Context) bool {
+	for _, n := range c.Nodes {
+		if !n.Running() || n.Paused() || n.Removed() {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+n.HTTPAddr+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		cancel()
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+	}
+	return true
+}
+
+// HasCtl reports whether membership faults can run (cohortctl given).
+func (c *Cluster) HasCtl() bool { return c.cfg.CtlBinary != "" }
+
+// Ctl runs cohortctl against the cluster's endpoints, as an operator would
+// (membership faults).
+func (c *Cluster) Ctl(ctx context.Context, args ...string) (string, error) {
+	return c.CtlVia(ctx, c.Endpoints(), args...)
+}
+
+// CtlVia runs cohortctl against the given endpoints.
+func (c *Cluster) CtlVia(ctx context.Context, endpoints []string, args ...string) (string, error) {
+	if c.cfg.CtlBinary == "" {
+		return "", errors.New("no cohortctl binary configured")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	args = append([]string{"--endpoints", strings.Join(endpoints, ",")}, args...)
+	out, err := exec.CommandContext(cctx, c.cfg.CtlBinary, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("cohortctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Close stops every node (SIGCONT first for paused ones, then SIGTERM,
+// SIGKILL if they linger), heals and removes the network, and deletes the
+// data directories. Safe to call more than once.
+func (c *Cluster) Close() error {
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Go(func() {
+			_ = c.Resume(n)
+			if err := c.Stop(n); err != nil {
+				c.log.Warn("stop node", "node", n.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	c.teardownNetwork()
+	if c.dataDir != "" {
+		if err := os.RemoveAll(c.dataDir); err != nil {
+			return fmt.Errorf("cluster: remove %s: %w", c.dataDir, err)
+		}
+	}
+	return nil
+}
+
+// Cleanup removes what a crashed run of the instance left behind: its
+// processes (found by their namespace or their data directory), namespaces,
+// links, iptables rules and data directories.
+func Cleanup(instance int, log *slog.Logger) error {
+	prefix := Prefix(instance)
+	var errs []error
+	// Processes in our namespaces.
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			ns := strings.Fields(line)
+			if len(ns) == 0 || !strings.HasPrefix(ns[0], prefix+"-") {
+				continue
+			}
+			if pids, err := exec.Command("ip", "netns", "pids", ns[0]).Output(); err == nil {
+				for _, p := range strings.Fields(string(pids)) {
+					if pid, err := strconv.Atoi(p); err == nil {
+						log.Warn("killing leftover process", "netns", ns[0], "pid", pid)
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+			if out, err := exec.Command("ip", "netns", "del", ns[0]).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", ns[0], err, out))
+			}
+		}
+	}
+	// Processes by data directory (local mode, or a namespace already gone).
+	dirPrefix := filepath.Join(os.TempDir(), dataDirPrefix(instance))
+	for _, pid := range pidsWithArg(dirPrefix) {
+		log.Warn("killing leftover process", "pid", pid)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if matches, _ := filepath.Glob(dirPrefix + "*"); len(matches) > 0 {
+		for _, m := range matches {
+			if err := os.RemoveAll(m); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if _, err := exec.LookPath("ip"); err == nil {
+		for _, link := range links(prefix + "-") {
+			_ = exec.Command("ip", "link", "del", link).Run()
+		}
+	}
+	removeForwardRules(prefix)
+	return errors.Join(errs...)
+}
+
+func links(prefix string) []string {
+	out, err := exec.Command("ip", "-o", "link", "show").Output()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name := strings.TrimSuffix(f[1], ":")
+		name, _, _ = strings.Cut(name, "@")
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// pidsWithArg lists processes with an argument starting with prefix.
+func pidsWithArg(prefix string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Split(string(b), "\x00") {
+			if strings.HasPrefix(arg, prefix) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("cluster: free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}

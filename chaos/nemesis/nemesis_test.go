@@ -1,0 +1,119 @@
+package nemesis
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+var plan = Plan{Kinds: AllKinds, Length: 3 * time.Minute, QuietMin: 2 * time.Second, QuietMax: 5 * time.Second,
+	FaultMin: 3 * time.Second, FaultMax: 8 * time.Second, LeaderFaultMax: 5 * time.Second}
+
+func Test_NewSchedule_SameSeedSameSchedule(t *testing.T) {
+	a, b := NewSchedule(42, plan), NewSchedule(42, plan)
+	if a.String() != b.String() || !slices.Equal(a.Steps, b.Steps) {
+		t.Fatalf("seed 42 gave two schedules:\n%s\n%s", a, b)
+	}
+	if c := NewSchedule(43, plan); slices.Equal(a.Steps, c.Steps) {
+		t.Fatalf("seeds 42 and 43 gave the same schedule")
+	}
+}
+
+func Test_NewSchedule_CoversEveryKindAndEndsInTime(t *testing.T) {
+	s := NewSchedule(7, plan)
+	if got := s.Kinds(); len(got) != len(AllKinds) {
+		t.Fatalf("3 minutes cover %d of %d kinds: %v\n%s", len(got), len(AllKinds), got, s)
+	}
+	var last time.Duration
+	for _, st := range s.Steps {
+		if st.At < last {
+			t.Fatalf("overlapping faults:\n%s", s)
+		}
+		last = st.At + st.Duration
+		if LeaderOnly(st.Kind) && st.Duration > plan.LeaderFaultMax {
+			t.Fatalf("leader fault %v longer than %v", st.Duration, plan.LeaderFaultMax)
+		}
+	}
+	if last > plan.Length {
+		t.Fatalf("schedule runs to %v, past %v", last, plan.Length)
+	}
+}
+
+func Test_FailoverOnly(t *testing.T) {
+	p := plan
+	p.Kinds = Groups["leader"]
+	if s := NewSchedule(1, p); !s.FailoverOnly(10 * time.Second) {
+		t.Fatalf("leader-only schedule not recognised:\n%s", s)
+	}
+	if s := NewSchedule(1, plan); s.FailoverOnly(10 * time.Second) {
+		t.Fatalf("mixed schedule taken for failover-only")
+	}
+}
+
+func Test_Resolve_DropsWhatTheModeCannotDo(t *testing.T) {
+	kinds, dropped, err := Resolve("mixed", false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kinds {
+		if NeedsNetwork(k) || NeedsCtl(k) {
+			t.Fatalf("local mode kept %s", k)
+		}
+	}
+	if len(kinds)+len(dropped) != len(AllKinds) {
+		t.Fatalf("kinds %v + dropped %v do not add up to every kind", kinds, dropped)
+	}
+	if _, _, err := Resolve("kill-everyone", true, true); err == nil {
+		t.Fatal("unknown nemesis accepted")
+	}
+}
+
+func majority(g Grudge, nodes []string, a string) []string {
+	var out []string
+	for _, b := range nodes {
+		if a == b || g.Sees(a, b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func Test_Grudges(t *testing.T) {
+	five := []string{"n1", "n2", "n3", "n4", "n5"}
+	g, _ := Ring(five)
+	seen := map[string]bool{}
+	for _, n := range five {
+		m := majority(g, five, n)
+		if len(m) != 3 {
+			t.Fatalf("ring: %s sees %v, want a majority of 3", n, m)
+		}
+		key := slices.Clone(m)
+		slices.Sort(key)
+		if seen[slices.Concat(key)[0]+key[1]+key[2]] {
+			t.Fatalf("ring: two nodes see the same majority %v", key)
+		}
+		seen[key[0]+key[1]+key[2]] = true
+	}
+	g, _ = Bridge(five)
+	if len(majority(g, five, "n1")) != 5 {
+		t.Fatalf("bridge node n1 must see everyone: %v", majority(g, five, "n1"))
+	}
+	if g.Sees("n2", "n5") || !g.Sees("n2", "n3") {
+		t.Fatalf("bridge sides wrong: %v", g)
+	}
+	g, _ = Halves(five)
+	if len(majority(g, five, "n1")) != 2 || len(majority(g, five, "n5")) != 3 {
+		t.Fatalf("halves wrong: %v", g)
+	}
+	g = Isolate(five, "n3")
+	if len(majority(g, five, "n3")) != 1 || len(majority(g, five, "n1")) != 4 {
+		t.Fatalf("isolate wrong: %v", g)
+	}
+}
+
+func Test_VoterIn(t *testing.T) {
+	js := `{"servers":[{"nodeId":"n1","voter":true},{"nodeId":"n2","voter":false}]}`
+	if !voterIn(js, "n1") || voterIn(js, "n2") || voterIn(js, "n3") {
+		t.Fatal("voterIn misread the peers JSON")
+	}
+}

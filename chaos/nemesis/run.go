@@ -1,0 +1,295 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cohortlabs/cohort/chaos/cluster"
+	"github.com/cohortlabs/cohort/chaos/history"
+)
+
+// Runner injects a schedule's faults into a cluster.
+type Runner struct {
+	C   *cluster.Cluster
+	Rec *history.Recorder
+	Log *slog.Logger
+}
+
+// active is a fault in place, with what undoes it.
+type active struct {
+	kind  string
+	nodes []string
+	heal  func(ctx context.Context) error
+}
+
+// Run carries out the schedule, starting at the moment it is called; it
+// returns when the schedule is done or ctx ends, and in both cases heals
+// everything first (HealAll).
+func (r *Runner) Run(ctx context.Context, s Schedule) error {
+	t0 := time.Now()
+	var errs []error
+	for _, st := range s.Steps {
+		if !sleepUntil(ctx, t0.Add(st.At)) {
+			break
+		}
+		a, err := r.start(ctx, st)
+		if err != nil {
+			r.Log.Warn("nemesis: fault did not start (fully)", "kind", st.Kind, "err", err)
+			if a == nil {
+				r.Rec.Add(history.Entry{Type: history.TypeNemesis, F: st.Kind, Phase: history.NemStart, Fault: st.Kind,
+					Start: r.Rec.Now(), Note: "failed to start: " + err.Error()})
+				continue
+			}
+		}
+		sleepUntil(ctx, t0.Add(st.At+st.Duration))
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		err = a.heal(hctx)
+		cancel()
+		note := ""
+		if err != nil {
+			note = "heal: " + err.Error()
+			errs = append(errs, fmt.Errorf("%s: heal: %w", st.Kind, err))
+		}
+		r.Rec.Add(history.Entry{Type: history.TypeNemesis, F: st.Kind, Phase: history.NemStop, Fault: st.Kind,
+			Nodes: a.nodes, Start: r.Rec.Now(), Note: note})
+		r.Log.Info("nemesis: healed", "kind", st.Kind, "nodes", a.nodes)
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
+	if err := r.HealAll(hctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// HealAll undoes every fault: partitions removed, paused nodes resumed,
+// killed nodes restarted, removed nodes started again (they rejoin), and
+// waits for a leader.
+func (r *Runner) HealAll(ctx context.Context) error {
+	var errs []error
+	if err := r.C.Heal(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range r.C.Nodes {
+		if n.Paused() {
+			errs = append(errs, r.C.Resume(n))
+		}
+		if !n.Running() {
+			errs = append(errs, r.C.Start(n))
+		}
+	}
+	if _, err := r.C.WaitLeader(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range r.C.Nodes {
+		if n.Removed() {
+			errs = append(errs, r.awaitVoter(ctx, n))
+		}
+	}
+	r.Rec.Add(history.Entry{Type: history.TypeNemesis, F: "heal-all", Phase: history.NemStop, Fault: "heal-all", Start: r.Rec.Now()})
+	return errors.Join(errs...)
+}
+
+// pickRand is the step's own random source for target choices.
+func pickRand(st Step) *rand.Rand { return rand.New(rand.NewPCG(st.Pick, st.Pick>>7|1)) }
+
+// others are the gRPC addresses of every node but n.
+func others(c *cluster.Cluster, n *cluster.Node) []string {
+	var out []string
+	for _, o := range c.Nodes {
+		if o != n {
+			out = append(out, o.GRPCAddr)
+		}
+	}
+	return out
+}
+
+func ids(ns []*cluster.Node) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.ID
+	}
+	return out
+}
+
+// leaderOr returns the leader, or the step's random node when there is none
+// (recorded in the note).
+func (r *Runner) leaderOr(ctx context.Context, rng *rand.Rand) (*cluster.Node, string) {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		if l := r.C.Leader(lctx); l != nil {
+			return l, ""
+		}
+		select {
+		case <-lctx.Done():
+			n := r.C.Nodes[rng.IntN(len(r.C.Nodes))]
+			return n, "no leader found; took " + n.ID
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
+	rng := pickRand(st)
+	nodes := r.C.Nodes
+	perm := slices.Clone(nodes)
+	rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	one := perm[0]
+	var targets []*cluster.Node
+	note := ""
+	a := &active{kind: st.Kind}
+	switch st.Kind {
+	case KillOne, PauseOne, IsolateOne:
+		targets = []*cluster.Node{one}
+	case KillLeader, PauseLeader, IsolateLeader, TransferLeader:
+		l, n := r.leaderOr(ctx, rng)
+		targets, note = []*cluster.Node{l}, n
+	case KillMajority:
+		l, n := r.leaderOr(ctx, rng)
+		note = n
+		targets = []*cluster.Node{l}
+		for _, o := range perm {
+			if len(targets) >= len(nodes)/2+1 {
+				break
+			}
+			if o != l {
+				targets = append(targets, o)
+			}
+		}
+	case MemberRemoveAdd:
+		targets = []*cluster.Node{one}
+	}
+	var err error
+	switch st.Kind {
+	case KillOne, KillLeader, KillMajority:
+		for _, t := range targets {
+			err = errors.Join(err, r.C.Kill(t))
+		}
+		a.heal = func(context.Context) error {
+			var errs []error
+			for _, t := range targets {
+				errs = append(errs, r.C.Start(t))
+			}
+			return errors.Join(errs...)
+		}
+	case PauseOne, PauseLeader:
+		for _, t := range targets {
+			err = errors.Join(err, r.C.Pause(t))
+		}
+		a.heal = func(context.Context) error {
+			var errs []error
+			for _, t := range targets {
+				errs = append(errs, r.C.Resume(t))
+			}
+			return errors.Join(errs...)
+		}
+	case IsolateOne, IsolateLeader, PartitionHalves, PartitionRing, PartitionBridge:
+		var g Grudge
+		var desc string
+		switch st.Kind {
+		case IsolateOne, IsolateLeader:
+			g, desc = Isolate(ids(nodes), targets[0].ID), targets[0].ID+" | rest"
+		case PartitionHalves:
+			g, desc = Halves(ids(perm))
+		case PartitionRing:
+			g, desc = Ring(ids(perm))
+		case PartitionBridge:
+			g, desc = Bridge(ids(perm))
+		}
+		targets = perm
+		note = strings.TrimSpace(note + " " + desc)
+		err = r.C.Partition(g)
+		a.heal = func(context.Context) error { return r.C.Heal() }
+	case TransferLeader:
+		var out string
+		out, err = r.C.Ctl(ctx, "cluster", "transfer-leader")
+		note = strings.TrimSpace(note + " from " + targets[0].ID + ": " + strings.TrimSpace(out))
+		a.heal = func(context.Context) error { return nil }
+	case MemberRemoveAdd:
+		err = r.removeNode(ctx, targets[0])
+		a.heal = func(ctx context.Context) error { return r.readdNode(ctx, targets[0]) }
+	default:
+		return nil, fmt.Errorf("unknown fault kind %q", st.Kind)
+	}
+	a.nodes = ids(targets)
+	if err != nil {
+		note = strings.TrimSpace("failed to start: " + err.Error() + "; " + note)
+	}
+	r.Rec.Add(history.Entry{Type: history.TypeNemesis, F: st.Kind, Phase: history.NemStart, Fault: st.Kind,
+		Nodes: a.nodes, Start: r.Rec.Now(), Note: note})
+	r.Log.Info("nemesis: fault", "kind", st.Kind, "nodes", a.nodes, "for", st.Duration, "note", note, "err", err)
+	return a, err
+}
+
+// removeNode takes a node out of the raft configuration with cohortctl,
+// waits for it to stop itself (kills it if it lingers) and wipes its data.
+func (r *Runner) removeNode(ctx context.Context, n *cluster.Node) error {
+	if _, err := r.C.Ctl(ctx, "cluster", "remove", n.ID); err != nil {
+		return err
+	}
+	n.SetRemoved(true)
+	deadline := time.Now().Add(15 * time.Second)
+	for n.Running() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n.Running() {
+		r.Log.Warn("nemesis: removed node did not stop itself; killing it", "node", n.ID)
+		if err := r.C.Kill(n); err != nil {
+			return err
+		}
+	}
+	return r.C.Wipe(n)
+}
+
+// readdNode starts a removed node afresh; it joins through --join as a
+// non-voter and is promoted once caught up.
+func (r *Runner) readdNode(ctx context.Context, n *cluster.Node) error {
+	if !n.Removed() {
+		return nil
+	}
+	if err := r.C.Start(n); err != nil {
+		return err
+	}
+	return r.awaitVoter(ctx, n)
+}
+
+// awaitVoter waits until the leader lists n as a voter.
+func (r *Runner) awaitVoter(ctx context.Context, n *cluster.Node) error {
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		// Ask the other nodes: a fresh node answers from its own, empty view.
+		out, err := r.C.CtlVia(ctx, others(r.C, n), "cluster", "peers", "-o", "json")
+		last = out
+		if err == nil && voterIn(out, n.ID) {
+			n.SetRemoved(false)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("%s did not become a voter again within 60s (last peers: %s)", n.ID, strings.TrimSpace(last))
+}

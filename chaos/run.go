@@ -1,0 +1,339 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cohortlabs/cohort/chaos/checker"
+	"github.com/cohortlabs/cohort/chaos/cluster"
+	"github.com/cohortlabs/cohort/chaos/history"
+	"github.com/cohortlabs/cohort/chaos/nemesis"
+	"github.com/cohortlabs/cohort/chaos/report"
+	"github.com/cohortlabs/cohort/chaos/workload"
+)
+
+// Options of one run. Zero fields take the documented defaults.
+type Options struct {
+	Time     time.Duration // fault period (default 2 m)
+	Nodes    int           // 3 or 5 (default 3)
+	Nemesis  string        // kinds and groups, comma-separated (default mixed)
+	Workload string        // offsets, groups or both (default both)
+	Seed     uint64        // 0: drawn from the clock (and printed)
+	Mode     string        // auto, netns or local (default auto)
+	// CI makes a missing prerequisite of netns mode a failure instead of a
+	// fallback to local mode.
+	CI        bool
+	Instance  int    // parallel runs on one machine use different instances
+	Store     string // report root (default store)
+	Name      string // run directory name (default time-nemesis-seed)
+	Cohortd   string // cohortd binary (required)
+	Cohortctl string // cohortctl binary (membership faults; optional)
+	// RequireAllKinds fails the run before it starts when the schedule
+	// does not contain every requested kind (the smoke run's promise).
+	RequireAllKinds bool
+	// Fault timing.
+	QuietMin, QuietMax, FaultMin, FaultMax time.Duration
+	// SessionTimeout of the group members (default 6 s); leader-only faults
+	// stay below two thirds of it so that checker 6 applies.
+	SessionTimeout time.Duration
+	// Liveness window after the final heal (default 30 s).
+	Recovery time.Duration
+	Out      io.Writer
+}
+
+func (o *Options) defaults() {
+	if o.Time == 0 {
+		o.Time = 2 * time.Minute
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Nemesis == "" {
+		o.Nemesis = "mixed"
+	}
+	if o.Workload == "" {
+		o.Workload = "both"
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano()) % 1_000_000_007
+	}
+	if o.Mode == "" {
+		o.Mode = "auto"
+	}
+	if o.Store == "" {
+		o.Store = "store"
+	}
+	if o.QuietMin == 0 {
+		o.QuietMin = 2 * time.Second
+	}
+	if o.QuietMax == 0 {
+		o.QuietMax = 6 * time.Second
+	}
+	if o.FaultMin == 0 {
+		o.FaultMin = 3 * time.Second
+	}
+	if o.FaultMax == 0 {
+		o.FaultMax = 10 * time.Second
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = 6 * time.Second
+	}
+	if o.Recovery == 0 {
+		o.Recovery = 30 * time.Second
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+}
+
+// ErrPrerequisite: netns mode was required (CI) but cannot run here.
+var ErrPrerequisite = errors.New("chaos: prerequisite missing")
+
+// Run performs one chaos run and writes its report. The returned results
+// say whether the run was valid; the error is for runs that could not be
+// carried out at all.
+func Run(ctx context.Context, o Options) (*report.Results, error) {
+	o.defaults()
+	if o.Cohortd == "" {
+		return nil, errors.New("chaos: no cohortd binary given")
+	}
+	var notes []string
+	mode := cluster.Mode(o.Mode)
+	if o.Mode == "auto" || o.Mode == "netns" {
+		why := cluster.Preflight()
+		switch {
+		case why == "":
+			mode = cluster.ModeNetns
+		case o.CI || o.Mode == "netns":
+			return nil, fmt.Errorf("%w: netns mode: %s", ErrPrerequisite, why)
+		default:
+			mode = cluster.ModeLocal
+			notes = append(notes, "local mode on loopback ("+why+"): only kill and pause faults run")
+		}
+	}
+	if mode == cluster.ModeLocal && o.Mode != "auto" {
+		notes = append(notes, "local mode on loopback: only kill and pause faults run")
+	}
+	ctl := o.Cohortctl != "" && mode == cluster.ModeNetns
+	if o.Cohortctl != "" {
+		if _, err := os.Stat(o.Cohortctl); err != nil {
+			ctl = false
+			notes = append(notes, "no cohortctl at "+o.Cohortctl+": membership faults do not run")
+		}
+	}
+	kinds, dropped, err := nemesis.Resolve(o.Nemesis, mode == cluster.ModeNetns, ctl)
+	if err != nil {
+		return nil, err
+	}
+	if len(dropped) > 0 {
+		notes = append(notes, "nemesis kinds not available in this mode: "+strings.Join(dropped, ", "))
+	}
+	sched := nemesis.NewSchedule(o.Seed, nemesis.Plan{
+		Kinds: kinds, Length: o.Time, QuietMin: o.QuietMin, QuietMax: o.QuietMax,
+		FaultMin: o.FaultMin, FaultMax: o.FaultMax, LeaderFaultMax: o.SessionTimeout * 2 / 3,
+	})
+	if o.RequireAllKinds {
+		if missing := missingKinds(kinds, sched.Kinds()); len(missing) > 0 {
+			return nil, fmt.Errorf("chaos: %v of faults with seed %d leaves out %s: lengthen TIME or shorten the faults",
+				o.Time, o.Seed, strings.Join(missing, ", "))
+		}
+		if len(dropped) > 0 && o.CI {
+			return nil, fmt.Errorf("%w: nemesis kinds unavailable: %s", ErrPrerequisite, strings.Join(dropped, ", "))
+		}
+	}
+
+	name := o.Name
+	if name == "" {
+		name = fmt.Sprintf("%s-%s-%s-s%d", time.Now().Format("20060102-150405"),
+			strings.ReplaceAll(o.Nemesis, ",", "+"), o.Workload, o.Seed)
+	}
+	dir := filepath.Join(o.Store, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	latest := filepath.Join(o.Store, "latest")
+	_ = os.Remove(latest)
+	_ = os.Symlink(name, latest)
+	logf, err := os.Create(filepath.Join(dir, "chaos.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(o.Out, logf), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	fmt.Fprintf(o.Out, "cohort-chaos: run %s, seed %d (rerun with SEED=%d), %s mode, %d nodes, workload %s, nemesis %s\n",
+		name, o.Seed, o.Seed, mode, o.Nodes, o.Workload, strings.Join(kinds, ","))
+	fmt.Fprint(o.Out, sched.String())
+	for _, n := range notes {
+		log.Warn(n)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "schedule.txt"), []byte(sched.String()), 0o644); err != nil {
+		return nil, err
+	}
+
+	rec, err := history.NewRecorder(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+	started := time.Now()
+
+	cl, err := cluster.New(cluster.Config{
+		Mode: mode, Nodes: o.Nodes, Instance: o.Instance, Binary: abs(o.Cohortd), CtlBinary: ctlPath(ctl, o.Cohortctl),
+		LogDir: filepath.Join(dir, "nodes"), Logger: log,
+		ExtraArgs: []string{"--initial-rebalance-delay", "500ms", "--min-session-timeout", "1s", "--shutdown-timeout", "10s"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	closed := false
+	closeCluster := func() {
+		if closed {
+			return
+		}
+		closed = true
+		if err := cl.Close(); err != nil {
+			log.Error("cluster teardown", "err", err)
+		}
+	}
+	defer closeCluster()
+
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err = cl.WaitLeaderAfterStart(sctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: cluster did not come up: %w", err)
+	}
+	log.Info("cluster up", "nodes", cl.Endpoints())
+
+	var offs *workload.Offsets
+	var grps *workload.Groups
+	if o.Workload == "offsets" || o.Workload == "both" {
+		offs = &workload.Offsets{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed}
+	}
+	if o.Workload == "groups" || o.Workload == "both" {
+		grps = &workload.Groups{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed, SessionTimeout: o.SessionTimeout}
+		if sched.FailoverOnly(o.SessionTimeout) {
+			// Sparse churn, so that a rebalance a failover caused stands out.
+			grps.LifetimeMin, grps.LifetimeMax = 30*time.Second, 90*time.Second
+		}
+	}
+	if offs == nil && grps == nil {
+		return nil, fmt.Errorf("chaos: unknown workload %q: want offsets, groups or both", o.Workload)
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	if offs != nil {
+		err = errors.Join(err, offs.Setup(setupCtx))
+	}
+	if grps != nil {
+		err = errors.Join(err, grps.Setup(setupCtx))
+	}
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: workload setup: %w", err)
+	}
+
+	wctx, stopWorkloads := context.WithCancel(ctx)
+	defer stopWorkloads()
+	var wg sync.WaitGroup
+	if offs != nil {
+		wg.Go(func() { offs.Run(wctx) })
+	}
+	if grps != nil {
+		wg.Go(func() { grps.Run(wctx) })
+	}
+	// Let the groups form before the first fault.
+	sleepCtx(ctx, 5*time.Second)
+
+	nem := &nemesis.Runner{C: cl, Rec: rec, Log: log}
+	if err := nem.Run(ctx, sched); err != nil {
+		log.Error("nemesis", "err", err)
+		notes = append(notes, "nemesis: "+err.Error())
+	}
+	rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvFinalPhase, Start: rec.Now()})
+	log.Info("final phase: every fault healed; waiting for recovery")
+	healed := time.Now()
+	if grps != nil {
+		grps.StopChurn()
+		grps.AwaitStable(ctx, o.Recovery)
+	}
+	sleepCtx(ctx, time.Until(healed.Add(5*time.Second)))
+	stopWorkloads()
+	wg.Wait()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Recovery)
+	if offs != nil {
+		offs.Final(fctx)
+	}
+	if grps != nil {
+		grps.FinalFetch(fctx)
+	}
+	cancel()
+	rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvEnd, Start: rec.Now()})
+	if err := rec.Flush(); err != nil {
+		return nil, fmt.Errorf("chaos: write history: %w", err)
+	}
+	closeCluster()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("chaos: interrupted: %w", ctx.Err())
+	}
+
+	es := rec.Entries()
+	res := checker.All(es, checker.Options{
+		FailoverOnly: sched.FailoverOnly(o.SessionTimeout), SessionTimeout: o.SessionTimeout,
+		LivenessWindow: o.Recovery, VisualizeDir: dir,
+	})
+	r := &report.Results{Run: name, Seed: o.Seed, Mode: string(mode), Nodes: o.Nodes, Workload: o.Workload,
+		Nemesis: kinds, Dropped: dropped, Duration: time.Since(started).Round(time.Second).String(), Schedule: sched, Notes: notes}
+	report.Summarise(r, es, res)
+	if err := report.Write(dir, r); err != nil {
+		return r, err
+	}
+	if err := report.Plots(dir, fmt.Sprintf("%s (seed %d)", strings.Join(kinds, ","), o.Seed), es); err != nil {
+		log.Error("plots", "err", err)
+	}
+	fmt.Fprint(o.Out, report.Text(r))
+	fmt.Fprintf(o.Out, "report: %s\n", dir)
+	return r, nil
+}
+
+func missingKinds(want, got []string) []string {
+	var out []string
+	for _, k := range want {
+		if !slices.Contains(got, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func ctlPath(ok bool, p string) string {
+	if !ok {
+		return ""
+	}
+	return abs(p)
+}
+
+func abs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

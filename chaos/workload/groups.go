@@ -1,0 +1,469 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cohortlabs/cohort/chaos/history"
+	"github.com/cohortlabs/cohort/client"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// Groups is the consumer-group workload.
+type Groups struct {
+	Endpoints []string
+	Rec       *history.Recorder
+	Log       *slog.Logger
+	Seed      uint64
+	// Groups (default 2) with Slots members each (default 4); every
+	// second slot is a static member (instance ID kept across restarts).
+	Groups, Slots int
+	// Partitions of the topic every member subscribes to (default 6).
+	Partitions int
+	// SessionTimeout of the members (default 6 s).
+	SessionTimeout time.Duration
+	// Lifetime bounds how long one member incarnation lives before it
+	// leaves, crashes or (static) restarts (default 10–40 s). Zero Max
+	// turns churn off.
+	LifetimeMin, LifetimeMax time.Duration
+	// CommitEvery is the pause between a member's commits (default 300 ms).
+	CommitEvery time.Duration
+
+	procs   atomic.Int64
+	offsets sync.Map // history.Key → *atomic.Int64, the next offset of a partition
+	churn   atomic.Bool
+	mu      sync.Mutex
+	live    map[string]*incarnation // slot → current incarnation
+}
+
+type incarnation struct {
+	slot, group, instance, name string
+	proc                        int
+	member                      *client.Member
+	crashed                     atomic.Bool
+	mu                          sync.Mutex
+	owned                       []client.TopicPartition
+}
+
+func (w *Groups) defaults() {
+	if w.Groups == 0 {
+		w.Groups = 2
+	}
+	if w.Slots == 0 {
+		w.Slots = 4
+	}
+	if w.Partitions == 0 {
+		w.Partitions = 6
+	}
+	if w.SessionTimeout == 0 {
+		w.SessionTimeout = 6 * time.Second
+	}
+	if w.LifetimeMin == 0 && w.LifetimeMax == 0 {
+		w.LifetimeMin, w.LifetimeMax = 10*time.Second, 40*time.Second
+	}
+	if w.CommitEvery == 0 {
+		w.CommitEvery = 300 * time.Millisecond
+	}
+	w.mu.Lock()
+	if w.live == nil {
+		w.live = map[string]*incarnation{}
+	}
+	w.mu.Unlock()
+}
+
+// GroupIDs are the groups the workload runs.
+func (w *Groups) GroupIDs() []string {
+	w.defaults()
+	var out []string
+	for g := range w.Groups {
+		out = append(out, fmt.Sprintf("grp-%d", g))
+	}
+	return out
+}
+
+// Setup creates the topic.
+func (w *Groups) Setup(ctx context.Context) error {
+	w.defaults()
+	return createTopic(ctx, w.Endpoints, GroupsTopic, int32(w.Partitions))
+}
+
+// StopChurn lets every slot keep (or start) one member that stays.
+func (w *Groups) StopChurn() { w.churn.Store(false) }
+
+// Run drives every slot until ctx ends; members are then closed.
+func (w *Groups) Run(ctx context.Context) {
+	w.defaults()
+	w.churn.Store(w.LifetimeMax > 0)
+	var wg sync.WaitGroup
+	for gi, g := range w.GroupIDs() {
+		for s := range w.Slots {
+			slot := fmt.Sprintf("%s/s%d", g, s)
+			instance := ""
+			if s%2 == 1 {
+				instance = fmt.Sprintf("%s-static-%d", g, s)
+			}
+			rng := rand.New(rand.NewPCG(w.Seed, uint64(1000+gi*100+s)))
+			wg.Go(func() { w.slot(ctx, rng, slot, g, instance) })
+		}
+	}
+	wg.Wait()
+}
+
+func (w *Groups) event(f, group, instance, name string, proc int, note string) {
+	w.Rec.Add(history.Entry{Type: history.TypeEvent, F: f, Group: group, Instance: instance, Incarnation: name,
+		Process: proc, Start: w.Rec.Now(), Note: note})
+}
+
+// slot runs member incarnations one after another.
+func (w *Groups) slot(ctx context.Context, rng *rand.Rand, slot, group, instance string) {
+	// Stagger the first joins a little.
+	sleep(ctx, time.Duration(rng.Int64N(int64(2*time.Second))))
+	for n := 0; ctx.Err() == nil; n++ {
+		inc := &incarnation{slot: slot, group: group, instance: instance, name: fmt.Sprintf("%s#%d", slot, n),
+			proc: 1000 + int(w.procs.Add(1))}
+		ev := history.EvMemberStart
+		if n > 0 && instance != "" {
+			ev = history.EvMemberRestart
+		}
+		how := w.incarnate(ctx, rng, inc, ev)
+		if ctx.Err() != nil {
+			return
+		}
+		// A static member restarts within its session timeout; others come
+		// back after a pause.
+		pause := time.Duration(rng.Int64N(int64(3 * time.Second)))
+		if how == history.EvMemberCrash && instance != "" {
+			pause = w.SessionTimeout / 3
+		}
+		sleep(ctx, pause)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// incarnate runs one member until its lifetime ends (or ctx ends) and
+// returns how it ended.
+func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation, ev string) string {
+	m, err := client.NewMember(client.Config{
+		Endpoints:        w.Endpoints,
+		GroupID:          inc.group,
+		InstanceID:       inc.instance,
+		ClientID:         inc.name,
+		Topics:           []string{GroupsTopic},
+		SessionTimeout:   w.SessionTimeout,
+		RebalanceTimeout: 2 * w.SessionTimeout,
+		RequestTimeout:   2 * time.Second,
+		RetryBackoffMax:  time.Second,
+		DialOptions:      []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptor(inc))},
+		OnAssigned: func(_ context.Context, _ int32, a []client.TopicPartition) {
+			inc.mu.Lock()
+			inc.owned = a
+			inc.mu.Unlock()
+		},
+		OnRevoked: func(context.Context, []client.TopicPartition) {
+			inc.mu.Lock()
+			inc.owned = nil
+			inc.mu.Unlock()
+		},
+	})
+	if err != nil {
+		w.Log.Error("groups: new member", "slot", inc.slot, "err", err)
+		sleep(ctx, time.Second)
+		return history.EvMemberLeave
+	}
+	inc.member = m
+	w.mu.Lock()
+	w.live[inc.slot] = inc
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.live[inc.slot] == inc {
+			delete(w.live, inc.slot)
+		}
+		w.mu.Unlock()
+	}()
+	w.event(ev, inc.group, inc.instance, inc.name, inc.proc, "")
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(runCtx) }()
+	var commits sync.WaitGroup
+	commits.Go(func() { w.committer(runCtx, inc) })
+
+	life := w.LifetimeMin
+	if w.LifetimeMax > w.LifetimeMin {
+		life += time.Duration(rng.Int64N(int64(w.LifetimeMax - w.LifetimeMin)))
+	}
+	lifeEnd := time.After(life)
+	how := history.EvMemberLeave
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case err := <-ran:
+			w.Log.Warn("groups: member stopped by itself", "incarnation", inc.name, "err", err)
+			stop()
+			commits.Wait()
+			w.event(history.EvMemberCrash, inc.group, inc.instance, inc.name, inc.proc, "member stopped: "+errString(err))
+			return history.EvMemberCrash
+		case <-lifeEnd:
+			if !w.churn.Load() {
+				lifeEnd = time.After(time.Second)
+				continue
+			}
+			done = true
+			if rng.IntN(2) == 0 {
+				how = history.EvMemberCrash
+			}
+		}
+	}
+	if how == history.EvMemberCrash {
+		// The process dies: nothing more leaves it, not even a LeaveGroup.
+		inc.crashed.Store(true)
+		w.event(history.EvMemberCrash, inc.group, inc.instance, inc.name, inc.proc, "")
+		stop()
+		commits.Wait()
+		<-ran
+		return how
+	}
+	stop()
+	commits.Wait()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	_ = m.Close(cctx)
+	cancel()
+	<-ran
+	w.event(history.EvMemberLeave, inc.group, inc.instance, inc.name, inc.proc, "")
+	return how
+}
+
+// committer commits the next offset of every owned partition, over and
+// over: offsets per partition only grow, across members.
+func (w *Groups) committer(ctx context.Context, inc *incarnation) {
+	for ctx.Err() == nil {
+		sleep(ctx, w.CommitEvery)
+		inc.mu.Lock()
+		owned := slices.Clone(inc.owned)
+		inc.mu.Unlock()
+		if len(owned) == 0 || ctx.Err() != nil {
+			continue
+		}
+		var pos []client.PartitionOffset
+		for _, tp := range owned {
+			k := history.Key{Group: inc.group, Topic: tp.Topic, Partition: tp.Partition}
+			c, _ := w.offsets.LoadOrStore(k, new(atomic.Int64))
+			pos = append(pos, client.PartitionOffset{TopicPartition: tp, Offset: c.(*atomic.Int64).Add(1)})
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_ = inc.member.Commit(cctx, pos)
+		cancel()
+	}
+}
+
+// errCrashed is what a crashed member's calls get: it no longer exists.
+var errCrashed = status.Error(codes.Unavailable, "chaos: this member client crashed")
+
+// interceptor records every attempt of the member's group calls.
+func (w *Groups) interceptor(inc *incarnation) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if inc.crashed.Load() {
+			return errCrashed
+		}
+		start := w.Rec.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if inc.crashed.Load() && err == nil {
+			// Answered after the crash: the dead process never saw it.
+			return errCrashed
+		}
+		e := history.Entry{Type: history.TypeOp, Process: inc.proc, Start: start, End: w.Rec.Now(), Node: cc.Target(),
+			Group: inc.group, Instance: inc.instance, Incarnation: inc.name}
+		e.Outcome, e.Error = classifyStatus(err), errString(err)
+		switch r := req.(type) {
+		case *cohortv1.JoinGroupRequest:
+			e.F = history.FJoin
+			e.Member = r.GetMemberId()
+			if resp, ok := reply.(*cohortv1.JoinGroupResponse); ok && err == nil {
+				e.Member, e.Generation, e.Leader = resp.GetMemberId(), resp.GetGeneration(), resp.GetLeaderId()
+				for _, jm := range resp.GetMembers() {
+					e.Members = append(e.Members, history.Member{Member: jm.GetMemberId(), Instance: jm.GetInstanceId()})
+				}
+			}
+		case *cohortv1.SyncGroupRequest:
+			e.F, e.Member, e.Generation = history.FSync, r.GetMemberId(), r.GetGeneration()
+			for _, ma := range r.GetAssignments() {
+				e.Plan = append(e.Plan, history.Member{Member: ma.GetMemberId(), Assignment: partitions(ma.GetAssignment())})
+			}
+			if resp, ok := reply.(*cohortv1.SyncGroupResponse); ok && err == nil {
+				e.Assignment = partitions(resp.GetAssignment())
+			}
+			if err != nil {
+				e.Plan = nil
+			}
+		case *cohortv1.HeartbeatRequest:
+			e.F, e.Member, e.Generation = "heartbeat", r.GetMemberId(), r.GetGeneration()
+		case *cohortv1.OffsetCommitRequest:
+			e.F, e.Member, e.Generation = history.FCommit, r.GetMemberId(), r.GetGeneration()
+			results := map[history.Partition]*cohortv1.OffsetCommitPartitionResult{}
+			if resp, ok := reply.(*cohortv1.OffsetCommitResponse); ok && err == nil {
+				for _, p := range resp.GetPartitions() {
+					results[history.Partition{Topic: p.GetTopic(), Partition: p.GetPartition()}] = p
+				}
+			}
+			for _, o := range r.GetOffsets() {
+				p := history.Partition{Topic: o.GetTopic(), Partition: o.GetPartition()}
+				pc := history.PartitionCommit{Partition: p, Offset: o.GetOffset(), Outcome: e.Outcome}
+				if res, ok := results[p]; ok && res.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+					pc.Outcome, pc.Error = history.Fail, res.GetError().String()
+				}
+				e.Commits = append(e.Commits, pc)
+			}
+		case *cohortv1.LeaveGroupRequest:
+			e.F = "leave"
+			if ms := r.GetMembers(); len(ms) > 0 {
+				e.Member = ms[0].GetMemberId()
+			}
+		default:
+			return err
+		}
+		w.Rec.Add(e)
+		return err
+	}
+}
+
+func classifyStatus(err error) history.Outcome { return classify(err) }
+
+func partitions(a *cohortv1.Assignment) []history.Partition {
+	out := []history.Partition{}
+	for _, t := range a.GetTopics() {
+		for _, p := range t.GetPartitions() {
+			out = append(out, history.Partition{Topic: t.GetTopic(), Partition: p})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// LiveMembers returns each group's live member IDs ("" for one that has
+// not joined yet).
+func (w *Groups) LiveMembers() map[string][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string][]string{}
+	for _, inc := range w.live {
+		if inc.member != nil {
+			out[inc.group] = append(out[inc.group], inc.member.MemberID())
+		}
+	}
+	return out
+}
+
+// AwaitStable polls until every group is Stable with exactly its live
+// members, for at most window, and records one final describe per group.
+func (w *Groups) AwaitStable(ctx context.Context, window time.Duration) {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	start := w.Rec.Now()
+	deadline := time.Now().Add(window)
+	pending := slices.Clone(w.GroupIDs())
+	last := map[string]string{}
+	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := conn.Groups().DescribeGroups(cctx, &cohortv1.DescribeGroupsRequest{GroupIds: pending})
+		cancel()
+		if err != nil {
+			for _, g := range pending {
+				last[g] = "describe: " + errString(err)
+			}
+			sleep(ctx, 500*time.Millisecond)
+			continue
+		}
+		live := w.LiveMembers()
+		var still []string
+		for _, d := range resp.GetGroups() {
+			var got []string
+			for _, m := range d.GetMembers() {
+				got = append(got, m.GetMemberId())
+			}
+			want := slices.Clone(live[d.GetGroupId()])
+			slices.Sort(got)
+			slices.Sort(want)
+			if d.GetState() == "Stable" && slices.Equal(got, want) && !slices.Contains(want, "") {
+				w.Rec.Add(history.Entry{Type: history.TypeOp, Process: 950, F: history.FDescribe, Final: true, Group: d.GetGroupId(),
+					State: d.GetState(), Generation: d.GetGeneration(), Start: start, End: w.Rec.Now(), Outcome: history.OK})
+				continue
+			}
+			last[d.GetGroupId()] = fmt.Sprintf("state %s generation %d members %v, live members %v", d.GetState(), d.GetGeneration(), got, want)
+			still = append(still, d.GetGroupId())
+		}
+		pending = still
+		if len(pending) > 0 {
+			sleep(ctx, 500*time.Millisecond)
+		}
+	}
+	for _, g := range pending {
+		w.Rec.Add(history.Entry{Type: history.TypeOp, Process: 950, F: history.FDescribe, Final: true, Group: g,
+			Start: start, End: w.Rec.Now(), Outcome: history.Fail, Error: last[g]})
+	}
+}
+
+// FinalFetch reads every partition's committed offset of every group
+// (after the members stopped), for the durability checker.
+func (w *Groups) FinalFetch(ctx context.Context) {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, g := range w.GroupIDs() {
+		for ctx.Err() == nil {
+			e := history.Entry{Type: history.TypeOp, Process: 960, F: history.FFetch, Final: true, Group: g, Start: w.Rec.Now()}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := conn.Groups().OffsetFetch(cctx, &cohortv1.OffsetFetchRequest{GroupId: g})
+			cancel()
+			if err != nil {
+				sleep(ctx, 200*time.Millisecond)
+				continue
+			}
+			got := map[int32]int64{}
+			for _, p := range resp.GetPartitions() {
+				if p.GetTopic() == GroupsTopic {
+					got[p.GetPartition()] = p.GetOffset()
+				}
+			}
+			end := w.Rec.Now()
+			for p := range int32(w.Partitions) {
+				v, ok := got[p]
+				if !ok {
+					v = -1
+				}
+				e := e
+				e.Topic, e.Partition, e.Value, e.End, e.Outcome = GroupsTopic, p, history.Int64(v), end, history.OK
+				w.Rec.Add(e)
+			}
+			break
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cohortlabs/cohort/chaos/history"
+	"github.com/cohortlabs/cohort/client"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// Offsets is the registers workload.
+type Offsets struct {
+	Endpoints []string
+	Rec       *history.Recorder
+	Log       *slog.Logger
+	Seed      uint64
+	// ProcsPerNode clients are bound to each node (default 2).
+	ProcsPerNode int
+	// Groups × Partitions keys are live at a time (defaults 2 × 3). Every
+	// KeyEpoch (default 30 s) the workload moves to fresh keys, which keeps
+	// each key's history short enough for the linearizability search.
+	Groups, Partitions int
+	KeyEpoch           time.Duration
+	// Timeout of one operation (default 1 s); Pause between a client's
+	// operations (default 20 ms).
+	Timeout, Pause time.Duration
+
+	next  atomic.Int64
+	mu    sync.Mutex
+	used  map[history.Key]bool
+	start time.Time
+}
+
+func (w *Offsets) defaults() {
+	if w.ProcsPerNode == 0 {
+		w.ProcsPerNode = 2
+	}
+	if w.Groups == 0 {
+		w.Groups = 2
+	}
+	if w.Partitions == 0 {
+		w.Partitions = 3
+	}
+	if w.KeyEpoch == 0 {
+		w.KeyEpoch = 30 * time.Second
+	}
+	if w.Timeout == 0 {
+		w.Timeout = time.Second
+	}
+	if w.Pause == 0 {
+		w.Pause = 20 * time.Millisecond
+	}
+	if w.used == nil {
+		w.used = map[history.Key]bool{}
+	}
+}
+
+// Setup creates the topic.
+func (w *Offsets) Setup(ctx context.Context) error {
+	w.defaults()
+	return createTopic(ctx, w.Endpoints, OffsetsTopic, int32(w.Partitions))
+}
+
+func createTopic(ctx context.Context, endpoints []string, name string, partitions int32) error {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: endpoints, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := conn.Topics().CreateTopic(cctx, &cohortv1.CreateTopicRequest{Name: name, Partitions: partitions})
+		if err == nil || client.Reason(err) == "TOPIC_ALREADY_EXISTS" {
+			return nil
+		}
+		if cctx.Err() != nil {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Run drives the clients until ctx ends.
+func (w *Offsets) Run(ctx context.Context) {
+	w.defaults()
+	w.start = time.Now()
+	var wg sync.WaitGroup
+	proc := 0
+	for _, ep := range w.Endpoints {
+		for range w.ProcsPerNode {
+			id := proc
+			proc++
+			wg.Go(func() { w.client(ctx, id, ep) })
+		}
+	}
+	wg.Wait()
+}
+
+func (w *Offsets) key(rng *rand.Rand) history.Key {
+	epoch := int(time.Since(w.start) / w.KeyEpoch)
+	k := history.Key{
+		Group:     fmt.Sprintf("reg-%03d-%d", epoch, rng.IntN(w.Groups)),
+		Topic:     OffsetsTopic,
+		Partition: int32(rng.IntN(w.Partitions)),
+	}
+	w.mu.Lock()
+	w.used[k] = true
+	w.mu.Unlock()
+	return k
+}
+
+// client is one process, bound to one node like a Jepsen client: no
+// leader-following, no retries; every call is one attempt.
+func (w *Offsets) client(ctx context.Context, proc int, endpoint string) {
+	rng := rand.New(rand.NewPCG(w.Seed, uint64(proc)))
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		w.Log.Error("offsets client", "endpoint", endpoint, "err", err)
+		return
+	}
+	defer conn.Close()
+	groups := cohortv1.NewGroupCoordinatorClient(conn)
+	for ctx.Err() == nil {
+		k := w.key(rng)
+		if rng.IntN(2) == 0 {
+			w.read(ctx, groups, proc, endpoint, k, false)
+		} else {
+			w.write(ctx, groups, proc, endpoint, k)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(w.Pause):
+		}
+	}
+}
+
+func (w *Offsets) write(ctx context.Context, groups cohortv1.GroupCoordinatorClient, proc int, endpoint string, k history.Key) {
+	v := w.next.Add(1)
+	e := history.Entry{Type: history.TypeOp, Process: proc, F: history.FWrite, Node: endpoint,
+		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Value: history.Int64(v), Start: w.Rec.Now()}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
+	resp, err := groups.OffsetCommit(cctx, &cohortv1.OffsetCommitRequest{
+		GroupId: k.Group, Generation: -1,
+		Offsets: []*cohortv1.OffsetCommitPartition{{Topic: k.Topic, Partition: k.Partition, Offset: v}},
+	})
+	cancel()
+	e.End = w.Rec.Now()
+	e.Outcome, e.Error = classify(err), errString(err)
+	if err == nil {
+		for _, p := range resp.GetPartitions() {
+			if p.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+				e.Outcome, e.Error = history.Fail, p.GetError().String()+": "+p.GetErrorMessage()
+			}
+		}
+	}
+	w.Rec.Add(e)
+}
+
+func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClient, proc int, endpoint string, k history.Key, final bool) bool {
+	e := history.Entry{Type: history.TypeOp, Process: proc, F: history.FRead, Node: endpoint, Final: final,
+		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Start: w.Rec.Now()}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
+	resp, err := groups.OffsetFetch(cctx, &cohortv1.OffsetFetchRequest{
+		GroupId: k.Group, Partitions: []*cohortv1.TopicPartitions{{Topic: k.Topic, Partitions: []int32{k.Partition}}},
+	})
+	cancel()
+	e.End = w.Rec.Now()
+	if err != nil {
+		// A read that did not answer constrains nothing.
+		e.Outcome, e.Error = history.Fail, errString(err)
+		if classify(err) == history.Info {
+			e.Outcome = history.Info
+		}
+		w.Rec.Add(e)
+		return false
+	}
+	v := int64(-1)
+	for _, p := range resp.GetPartitions() {
+		if p.GetTopic() == k.Topic && p.GetPartition() == k.Partition {
+			v = p.GetOffset()
+		}
+	}
+	e.Value, e.Outcome = history.Int64(v), history.OK
+	w.Rec.Add(e)
+	return true
+}
+
+// Final reads every key ever used, each until it answers or ctx ends,
+// through whichever node answers (process ids from 900).
+func (w *Offsets) Final(ctx context.Context) {
+	w.defaults()
+	w.mu.Lock()
+	keys := make([]history.Key, 0, len(w.used))
+	for k := range w.used {
+		keys = append(keys, k)
+	}
+	w.mu.Unlock()
+	conns := make([]cohortv1.GroupCoordinatorClient, len(w.Endpoints))
+	for i, ep := range w.Endpoints {
+		c, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		defer c.Close()
+		conns[i] = cohortv1.NewGroupCoordinatorClient(c)
+	}
+	for _, k := range keys {
+		for i := 0; ctx.Err() == nil; i++ {
+			n := i % len(conns)
+			if conns[n] != nil && w.read(ctx, conns[n], 900+n, w.Endpoints[n], k, true) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
