@@ -169,7 +169,11 @@ func clusterPeersCommand(g *globals) *cobra.Command {
 				return err
 			}
 			if g.output == "json" {
-				return printJSON(g.out(cmd), &cohortv1.StatusResponse{Servers: st.GetServers()})
+				servers := make([]json.RawMessage, 0, len(st.GetServers()))
+				for _, s := range st.GetServers() {
+					servers = append(servers, protoJSON(s))
+				}
+				return printJSON(g.out(cmd), servers)
 			}
 			rows := make([][]string, 0, len(st.GetServers()))
 			for _, s := range st.GetServers() {

@@ -18,6 +18,7 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // Binaries built once by TestMain.
@@ -70,6 +71,7 @@ type node struct {
 type cluster struct {
 	t      *testing.T
 	common []string // flags every node gets
+	token  string   // admin token the harness and cohortctl send
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -211,15 +213,25 @@ func (r ctlResult) String() string {
 // ctl runs cohortctl against the live nodes.
 func (c *cluster) ctl(args ...string) ctlResult {
 	c.t.Helper()
-	return runCtl(c.t, strings.Join(c.live(), ","), args...)
+	env := []string{"COHORT_ENDPOINTS=" + strings.Join(c.live(), ",")}
+	if c.token != "" {
+		env = append(env, "COHORT_ADMIN_TOKEN="+c.token)
+	}
+	return runCtlEnv(c.t, env, args...)
 }
 
 func runCtl(t *testing.T, endpoints string, args ...string) ctlResult {
 	t.Helper()
+	return runCtlEnv(t, []string{"COHORT_ENDPOINTS=" + endpoints}, args...)
+}
+
+// runCtlEnv runs cohortctl with extra environment variables.
+func runCtlEnv(t *testing.T, env []string, args ...string) ctlResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cohortctlBin, args...)
-	cmd.Env = append(cleanEnv(), "COHORT_ENDPOINTS="+endpoints)
+	cmd.Env = append(cleanEnv(), env...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()
@@ -251,6 +263,9 @@ func (c *cluster) status() (*cohortv1.StatusResponse, error) {
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		if c.token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
+		}
 		st, err := cohortv1.NewClusterServiceClient(conn).Status(ctx, &cohortv1.StatusRequest{})
 		cancel()
 		conn.Close()

@@ -133,3 +133,35 @@ func Test_Process_BadRequests_ClearErrorsNothingChanges(t *testing.T) {
 		t.Fatalf("health of the dead n3 succeeded: %s", r)
 	}
 }
+
+// Test_Process_AdminToken_RequiredForAdminRPCs: with --admin-token, admin
+// calls without the token are refused (Unauthenticated), health needs none,
+// nodes use it among themselves (formation, registration, joining), and
+// cohortctl passes it from COHORT_ADMIN_TOKEN.
+func Test_Process_AdminToken_RequiredForAdminRPCs(t *testing.T) {
+	c := newCluster(t, "--admin-token", "s3cret")
+	c.token = "s3cret"
+	c.form(3)
+	endpoints := "COHORT_ENDPOINTS=" + strings.Join(c.live(), ",")
+	for _, args := range [][]string{{"cluster", "status"}, {"cluster", "remove", "n3"}, {"snapshot", "save", t.TempDir() + "/x.snap"}} {
+		for _, env := range [][]string{{endpoints}, {endpoints, "COHORT_ADMIN_TOKEN=wrong"}} {
+			r := runCtlEnv(t, env, args...)
+			if r.code == 0 || !strings.Contains(r.stderr, "Unauthenticated") {
+				t.Fatalf("cohortctl %v with %v: want Unauthenticated, got %s", args, env, r)
+			}
+		}
+	}
+	if r := runCtlEnv(t, []string{endpoints}, "cluster", "health"); r.code != 0 {
+		t.Fatalf("health without a token: %s", r)
+	}
+	// The group API is not an admin API.
+	if r := runCtlEnv(t, []string{endpoints}, "topics", "create", "orders", "--partitions", "2"); r.code != 0 {
+		t.Fatalf("topics create without a token: %s", r)
+	}
+	c.start("n4", "--join", strings.Join(c.grpcAddrs("n1", "n2", "n3"), ","))
+	c.waitVoters("n1", "n2", "n3", "n4")
+	if out := c.mustCtl("cluster", "remove", "n4"); !strings.Contains(out, "removed n4") {
+		t.Fatalf("remove with the token: %q", out)
+	}
+	c.waitExit("n4", 30*time.Second)
+}

@@ -105,7 +105,14 @@ func Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a.snap")
-	a.mustCtl("snapshot", "save", file)
+	// Through a follower: the stream is forwarded from the leader.
+	stA, err := a.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runCtl(t, a.nodes[follower(stA)].grpcAddr, "snapshot", "save", file); r.code != 0 {
+		t.Fatalf("snapshot save via a follower: %s", r)
+	}
 	var info struct {
 		Index, Term             uint64
 		FSMFormatVersion        uint32 `json:"fsm_format_version"`
@@ -158,9 +165,14 @@ func Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 		sameState(t, "after refused restores on "+addr, before, readState(t, addr, "billing", "archive"))
 	}
 
-	out := b.mustCtl("snapshot", "restore", file)
-	if !strings.Contains(out, "restored the snapshot") {
-		t.Fatalf("restore: %q", out)
+	// Through a follower: the client stream is forwarded to the leader.
+	stB, err := b.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = runCtl(t, b.nodes[follower(stB)].grpcAddr, "snapshot", "restore", file)
+	if r.code != 0 || !strings.Contains(r.stdout, "restored the snapshot") {
+		t.Fatalf("restore via a follower: %s", r)
 	}
 	// Every node of B has A's state, and B keeps working (forwarding
 	// reaches the right leader).
@@ -173,4 +185,14 @@ func Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 	}
 	b.waitVoters("n1", "n2", "n3")
 	b.mustCtl("topics", "create", "after-restore", "--partitions", "1")
+}
+
+// follower names a voter that does not lead.
+func follower(st *cohortv1.StatusResponse) string {
+	for _, s := range st.GetServers() {
+		if s.GetVoter() && s.GetNodeId() != st.GetLeaderId() {
+			return s.GetNodeId()
+		}
+	}
+	return ""
 }
