@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 
 	"google.golang.org/grpc/status"
 )
@@ -33,15 +34,13 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// describeError turns a gRPC status into "CODE: message".
+// rpcErrorPrefix is how grpc-go spells a status in an error string.
+var rpcErrorPrefix = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
+
+// describeError turns gRPC statuses, also wrapped ones, into "CODE: message".
 func describeError(err error) string {
-	if st, ok := status.FromError(err); ok {
+	if st, ok := status.FromError(err); ok && st.Err() == err {
 		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return describeError(ee.err)
-	}
-	// A wrapped status keeps its text.
-	return err.Error()
+	return rpcErrorPrefix.ReplaceAllString(err.Error(), "$1: ")
 }
