@@ -245,6 +245,7 @@ func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyRes
 
 // observe brings the leader-local state in line with the FSM after an apply.
 func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
+	e.logServerAssignment(res)
 	if res.JoinCompleted && res.Group != nil {
 		e.m.rebalances.Inc()
 		e.m.rebalanceSeconds.Observe(float64(cmd.GetTimestampMs()-res.Group.RebalanceStartedMs) / 1000)

@@ -97,7 +97,6 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	e.logServerAssignment(res)
 	if newMember {
 		e.mu.Lock()
 		delete(e.pending, memberKey{r.GetGroupId(), r.GetMemberId()})
@@ -295,7 +294,6 @@ func (e *Engine) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) 
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	e.logServerAssignment(res)
 	resp := &cohortv1.LeaveGroupResponse{}
 	for _, m := range res.Members {
 		code, msg := itemError(m.Err)
