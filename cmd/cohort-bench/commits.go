@@ -23,6 +23,7 @@ type commitOptions struct {
 	members     int
 	partitions  int32
 	raw         bool
+	floor       bool
 }
 
 func (o *commitOptions) flags(cmd *cobra.Command, withClient bool) {
@@ -35,6 +36,7 @@ func (o *commitOptions) flags(cmd *cobra.Command, withClient bool) {
 		f.StringVar(&o.mode, "mode", "member", "member: client.Member.Commit from --members group members; conn: client.Dial + OffsetCommit as a standalone (generation -1) committer")
 		f.IntVar(&o.members, "members", 16, "group members sharing the callers (mode member)")
 		f.BoolVar(&o.raw, "raw", true, "measure raw Raft apply on the same cluster before each phase (in-process only)")
+		f.BoolVar(&o.floor, "rpc-floor", true, "mode member: also measure Heartbeat (no Raft) through the same members' connections, the RPC floor under a commit")
 	}
 }
 
@@ -148,7 +150,8 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 
 	withRaw := o.raw && t.inproc != nil
 	fmt.Fprintf(out, "offset commits through the client (mode %s), %s cluster, %s\n", o.mode, t.kind, loadLine())
-	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "client ops/s", "p50", "p99", "max", "ops ratio", "p50 ratio", "errors")
+	withFloor := o.floor && f != nil
+	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "client ops/s", "p50", "p99", "max", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
 	lim := limit{ops: o.ops, dur: o.duration}
 	for _, c := range concs {
 		var raw loadResult
@@ -158,9 +161,17 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 			}
 		}
 		r := runLoad(ctx, c, lim, commit)
+		floor := "-"
+		if withFloor {
+			hb := runLoad(ctx, c, lim, heartbeatOp(f))
+			floor = ms(hb.p50)
+			if hb.errors > 0 {
+				floor += " (" + errNote(hb) + ")"
+			}
+		}
 		tb.row(fmt.Sprint(c), perSec(raw.rate()), ms(raw.p50), ms(raw.p99),
 			perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max),
-			ratio(r.rate(), raw.rate()), ratio(float64(r.p50), float64(raw.p50)), errNote(r))
+			ratio(r.rate(), raw.rate()), ratio(float64(r.p50), float64(raw.p50)), floor, errNote(r))
 		if ctx.Err() != nil {
 			break
 		}
@@ -176,6 +187,19 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 		fmt.Fprintf(out, "members that were assigned more than once during the run: %d\n", changed)
 	}
 	return ctx.Err()
+}
+
+// heartbeatOp sends Heartbeat for member w%len through that member's own
+// connection: the same client, gRPC and forwarding path as its commits,
+// without Raft.
+func heartbeatOp(f *fleet) func(ctx context.Context, worker int, seq int64) error {
+	return func(ctx context.Context, worker int, _ int64) error {
+		m := f.members[worker%len(f.members)]
+		_, err := m.m.Conn().Groups().Heartbeat(ctx, &cohortv1.HeartbeatRequest{
+			GroupId: f.opts.group, Generation: m.m.Generation(), MemberId: m.m.MemberID(),
+		})
+		return err
+	}
 }
 
 // commitLoad prepares the commit operation of --mode on t: the topic, and
