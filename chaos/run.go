@@ -40,6 +40,8 @@ type Options struct {
 	// RequireAllKinds fails the run before it starts when the schedule
 	// does not contain every requested kind (the smoke run's promise).
 	RequireAllKinds bool
+	// StrictJoin: see nemesis.Runner.StrictJoin.
+	StrictJoin bool
 	// Fault timing.
 	QuietMin, QuietMax, FaultMin, FaultMax time.Duration
 	// SessionTimeout of the group members (default 6 s); leader-only faults
@@ -253,10 +255,11 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	// Let the groups form before the first fault.
 	sleepCtx(ctx, 5*time.Second)
 
-	nem := &nemesis.Runner{C: cl, Rec: rec, Log: log}
-	if err := nem.Run(ctx, sched); err != nil {
-		log.Error("nemesis", "err", err)
-		notes = append(notes, "nemesis: "+err.Error())
+	nem := &nemesis.Runner{C: cl, Rec: rec, Log: log, StrictJoin: o.StrictJoin}
+	healErr := nem.Run(ctx, sched)
+	if healErr != nil {
+		log.Error("nemesis", "err", healErr)
+		notes = append(notes, "invalid: the cluster could not be healed: "+healErr.Error())
 	}
 	rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvFinalPhase, Start: rec.Now()})
 	log.Info("final phase: every fault healed; waiting for recovery")
@@ -293,6 +296,27 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	r := &report.Results{Run: name, Seed: o.Seed, Mode: string(mode), Nodes: o.Nodes, Workload: o.Workload,
 		Nemesis: kinds, Dropped: dropped, Duration: time.Since(started).Round(time.Second).String(), Schedule: sched, Notes: notes}
 	report.Summarise(r, es, res)
+	if healErr != nil {
+		r.Valid = false
+	}
+	for _, e := range es {
+		if e.F == "operator-promote" {
+			r.Notes = append(r.Notes, "operator action: "+e.Note)
+		}
+	}
+	var unexercised []string
+	for _, k := range kinds {
+		if r.Faults[k] == 0 {
+			unexercised = append(unexercised, k)
+		}
+	}
+	if len(unexercised) > 0 {
+		r.Notes = append(r.Notes, "fault kinds that never started: "+strings.Join(unexercised, ", "))
+		if o.RequireAllKinds {
+			r.Valid = false
+			r.Notes = append(r.Notes, "invalid: --require-all-kinds and not every kind ran")
+		}
+	}
 	if err := report.Write(dir, r); err != nil {
 		return r, err
 	}

@@ -100,14 +100,20 @@ func Bridge(perm []string) (Grudge, string) {
 // voterIn reports whether `cohortctl cluster peers -o json` lists id as a
 // voter.
 func voterIn(peersJSON, id string) bool {
+	v, _ := peerState(peersJSON, id)
+	return v
+}
+
+// peerState reads whether id is a voter and whether it is listed at all.
+func peerState(peersJSON, id string) (voter, present bool) {
 	var st cohortv1.StatusResponse
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(peersJSON), &st); err != nil {
-		return false
+		return false, false
 	}
 	for _, s := range st.GetServers() {
-		if s.GetNodeId() == id && s.GetVoter() {
-			return true
+		if s.GetNodeId() == id {
+			return s.GetVoter(), true
 		}
 	}
-	return false
+	return false, false
 }

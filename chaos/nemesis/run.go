@@ -19,6 +19,11 @@ type Runner struct {
 	C   *cluster.Cluster
 	Rec *history.Recorder
 	Log *slog.Logger
+	// StrictJoin: a re-added node must become a voter by itself (its
+	// --join path promises it). Without it, the runner promotes a node left
+	// a non-voter with `cohortctl cluster promote`, as an operator would,
+	// and says so in the history (the join-path bug in docs/chaos.md).
+	StrictJoin bool
 }
 
 // active is a fault in place, with what undoes it.
@@ -244,11 +249,26 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 // removeNode takes a node out of the raft configuration with cohortctl,
 // waits for it to stop itself (kills it if it lingers) and wipes its data.
 func (r *Runner) removeNode(ctx context.Context, n *cluster.Node) error {
-	if _, err := r.C.Ctl(ctx, "cluster", "remove", n.ID); err != nil {
-		return err
+	// A remove is refused while the rest would lack a healthy quorum (a
+	// node just restarted or resumed by the previous fault): wait for health
+	// rather than skip the fault.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := r.C.Ctl(ctx, "cluster", "remove", n.ID)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "FailedPrecondition") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	n.SetRemoved(true)
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for n.Running() && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -273,17 +293,33 @@ func (r *Runner) readdNode(ctx context.Context, n *cluster.Node) error {
 	return r.awaitVoter(ctx, n)
 }
 
-// awaitVoter waits until the leader lists n as a voter.
+// awaitVoter waits until the other nodes list n as a voter.
 func (r *Runner) awaitVoter(ctx context.Context, n *cluster.Node) error {
-	deadline := time.Now().Add(60 * time.Second)
-	var last string
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	promoted := false
+	state := "not in the configuration"
 	for time.Now().Before(deadline) {
-		// Ask the other nodes: a fresh node answers from its own, empty view.
+		// Ask the other nodes: a fresh node answers from its own view.
 		out, err := r.C.CtlVia(ctx, others(r.C, n), "cluster", "peers", "-o", "json")
-		last = out
-		if err == nil && voterIn(out, n.ID) {
-			n.SetRemoved(false)
-			return nil
+		if err == nil {
+			voter, present := peerState(out, n.ID)
+			switch {
+			case voter:
+				n.SetRemoved(false)
+				return nil
+			case present:
+				state = "a non-voter"
+				if !r.StrictJoin && !promoted && time.Since(start) > 10*time.Second {
+					note := fmt.Sprintf("%s still a non-voter %v after it started joining (it logged \"joined the cluster as a voter\"); promoting it with cohortctl", n.ID, time.Since(start).Round(time.Second))
+					r.Log.Warn("nemesis: "+note, "node", n.ID)
+					if _, perr := r.C.Ctl(ctx, "cluster", "promote", n.ID); perr == nil {
+						promoted = true
+						r.Rec.Add(history.Entry{Type: history.TypeNemesis, F: "operator-promote", Phase: history.NemStop,
+							Fault: "operator-promote", Nodes: []string{n.ID}, Start: r.Rec.Now(), Note: note})
+					}
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -291,5 +327,5 @@ func (r *Runner) awaitVoter(ctx context.Context, n *cluster.Node) error {
 		case <-time.After(time.Second):
 		}
 	}
-	return fmt.Errorf("%s did not become a voter again within 60s (last peers: %s)", n.ID, strings.TrimSpace(last))
+	return fmt.Errorf("%s did not become a voter again within 60s: it is %s", n.ID, state)
 }

@@ -57,6 +57,7 @@ func run() int {
 	fs.DurationVar(&o.FaultMin, "fault-min", 3*time.Second, "shortest fault")
 	fs.DurationVar(&o.FaultMax, "fault-max", 10*time.Second, "longest fault")
 	fs.DurationVar(&o.SessionTimeout, "session-timeout", 6*time.Second, "group members' session timeout")
+	fs.BoolVar(&o.StrictJoin, "strict-join", false, "do not promote a re-added node that stays a non-voter (the regression case of the join-path bug)")
 	fs.BoolVar(&expectInvalid, "expect-invalid", false, "exit 0 only if the run is INVALID (for deliberately broken builds)")
 	fs.BoolVar(&cleanup, "cleanup", false, "remove namespaces, links, rules, processes and directories a crashed run of --instance left, then exit")
 	fs.StringVar(&check, "check", "", "check the history.jsonl of a saved run directory again and exit")
