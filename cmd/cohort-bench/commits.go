@@ -64,13 +64,13 @@ does: the ceiling every other figure is compared with.`,
 					return errNoRaw
 				}
 				fmt.Fprintf(out, "raw replicated apply, in-process 3-node cluster, %s\n", loadLine())
-				tb := newTable(out, "C", "ops/s", "p50", "p99", "max", "errors")
+				tb := newTable(out, "C", "ops/s", "p50", "p99", "max", "CPU/op", "errors")
 				for _, c := range concs {
 					r, err := rawPhase(ctx, t, c, limit{ops: o.ops, dur: o.duration}, o.partitions)
 					if err != nil {
 						return err
 					}
-					tb.row(fmt.Sprint(c), perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), errNote(r))
+					tb.row(fmt.Sprint(c), perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), us(r.cpuPerOp()), errNote(r))
 				}
 				tb.flush()
 				return nil
@@ -151,7 +151,7 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 	withRaw := o.raw && t.inproc != nil
 	fmt.Fprintf(out, "offset commits through the client (mode %s), %s cluster, %s\n", o.mode, t.kind, loadLine())
 	withFloor := o.floor && f != nil
-	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "client ops/s", "p50", "p99", "max", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
+	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "raw CPU/op", "client ops/s", "p50", "p99", "max", "CPU/op", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
 	lim := limit{ops: o.ops, dur: o.duration}
 	for _, c := range concs {
 		var raw loadResult
@@ -169,8 +169,8 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 				floor += " (" + errNote(hb) + ")"
 			}
 		}
-		tb.row(fmt.Sprint(c), perSec(raw.rate()), ms(raw.p50), ms(raw.p99),
-			perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max),
+		tb.row(fmt.Sprint(c), perSec(raw.rate()), ms(raw.p50), ms(raw.p99), us(raw.cpuPerOp()),
+			perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), us(r.cpuPerOp()),
 			ratio(r.rate(), raw.rate()), ratio(float64(r.p50), float64(raw.p50)), floor, errNote(r))
 		if ctx.Err() != nil {
 			break

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -29,6 +30,27 @@ type loadResult struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	max      time.Duration
+	// cpu is this process's CPU time (user+system) during the phase: with
+	// the in-process cluster, the nodes' and the load generator's work. On
+	// a shared machine CPU per operation varies far less than throughput.
+	cpu time.Duration
+}
+
+// cpuPerOp is the process CPU time per successful operation.
+func (r loadResult) cpuPerOp() time.Duration {
+	if r.ops == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.ops)
+}
+
+// processCPU is the CPU time this process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r loadResult) rate() float64 {
@@ -54,6 +76,7 @@ func runLoad(ctx context.Context, conc int, lim limit, op func(ctx context.Conte
 	var errMu sync.Mutex
 	var firstErr error
 	lat := make([][]time.Duration, conc)
+	cpu0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range conc {
@@ -87,7 +110,7 @@ func runLoad(ctx context.Context, conc int, lim limit, op func(ctx context.Conte
 		}()
 	}
 	wg.Wait()
-	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr}
+	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: processCPU() - cpu0}
 	all := slices.Concat(lat...)
 	r.ops = len(all)
 	r.p50, r.p99, r.max = percentiles(all)
@@ -130,6 +153,8 @@ func (t *table) flush() { _ = t.tw.Flush() }
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
 }
+
+func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
 
 func perSec(v float64) string { return fmt.Sprintf("%.0f", v) }
 
