@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# End-to-end test of the compose deployment (make compose-test):
+#
+#   1. build the image (deploy/docker/build-image.sh, no registry needed);
+#   2. bring deploy/compose/docker-compose.yml up under its own project,
+#      network and ports, and wait until Docker reports all three healthy;
+#   3. composecheck --phase failover: a group of members and a standalone
+#      writer commit, the leader's container is `docker kill`ed, the group
+#      keeps its generation and assignment, every acknowledged commit is
+#      readable, the container is started again and rejoins as a follower;
+#   4. `down` keeping the volumes, `up` again: every node logs that it
+#      found Raft state and did not bootstrap, and composecheck --phase
+#      verify reads the same offsets;
+#   5. `down -v`, also on failure or interrupt.
+#
+# Without Docker (or compose) it skips with a message and exits 0, except
+# under CI=true, where that is a failure.
+#
+# Environment: IMAGE (default cohort:compose-test), COMPOSE_TEST_NET_PREFIX
+# (default 172.29.78), COMPOSE_TEST_PORT_BASE (default 19100: gRPC on
+# base+1..3, HTTP on base-1000+1..3), KEEP_IMAGE=1 to keep the image.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+started=$(date +%s)
+say() { printf 'compose-test %4ds  %s\n' "$(( $(date +%s) - started ))" "$*"; }
+
+skip_or_fail() {
+	if [ "${CI:-}" = "true" ]; then
+		echo "compose-test: FAIL: $1 (CI=true requires Docker with compose)" >&2
+		exit 1
+	fi
+	echo "compose-test: SKIPPED: $1" >&2
+	exit 0
+}
+
+command -v docker >/dev/null 2>&1 || skip_or_fail "docker is not installed"
+docker info >/dev/null 2>&1 || skip_or_fail "the Docker daemon is not reachable (docker info failed)"
+if docker compose version >/dev/null 2>&1; then
+	compose_bin=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1 && docker-compose version >/dev/null 2>&1; then
+	compose_bin=(docker-compose)
+else
+	skip_or_fail "neither 'docker compose' nor 'docker-compose' is available"
+fi
+
+project="cohort-compose-test-$$"
+export COHORT_IMAGE=${IMAGE:-cohort:compose-test}
+export COHORT_NET_PREFIX=${COMPOSE_TEST_NET_PREFIX:-172.29.78}
+base=${COMPOSE_TEST_PORT_BASE:-19100}
+export COHORT_GRPC_PORT_1=$((base + 1)) COHORT_GRPC_PORT_2=$((base + 2)) COHORT_GRPC_PORT_3=$((base + 3))
+export COHORT_HTTP_PORT_1=$((base - 1000 + 1)) COHORT_HTTP_PORT_2=$((base - 1000 + 2)) COHORT_HTTP_PORT_3=$((base - 1000 + 3))
+compose=("${compose_bin[@]}" -p "$project" -f "$root/deploy/compose/docker-compose.yml")
+services=(cohort-1 cohort-2 cohort-3)
+endpoints="127.0.0.1:$COHORT_GRPC_PORT_1,127.0.0.1:$COHORT_GRPC_PORT_2,127.0.0.1:$COHORT_GRPC_PORT_3"
+https="127.0.0.1:$COHORT_HTTP_PORT_1,127.0.0.1:$COHORT_HTTP_PORT_2,127.0.0.1:$COHORT_HTTP_PORT_3"
+
+work=$(mktemp -d)
+cleanup() {
+	rc=$?
+	trap - EXIT INT TERM
+	if [ "$rc" -ne 0 ]; then
+		echo "compose-test: FAILED (exit $rc); container state and logs follow" >&2
+		"${compose[@]}" ps >&2 || true
+		"${compose[@]}" logs --no-color --tail=80 >&2 || true
+	fi
+	"${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+	if [ -z "${KEEP_IMAGE:-}" ] && [ "$COHORT_IMAGE" = "cohort:compose-test" ]; then
+		docker image rm "$COHORT_IMAGE" >/dev/null 2>&1 || true
+	fi
+	rm -rf "$work"
+	say "cleaned up (project $project)"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "building $COHORT_IMAGE and composecheck"
+deploy/docker/build-image.sh "$COHORT_IMAGE" >"$work/build.log" 2>&1 || { cat "$work/build.log" >&2; exit 1; }
+CGO_ENABLED=0 ${GO:-go} build -trimpath -o "$work/composecheck" ./deploy/compose/composecheck
+
+# wait_healthy: poll Docker's health status of every service.
+wait_healthy() {
+	local deadline=$(( $(date +%s) + $1 )) s id st all
+	while :; do
+		all=ok
+		for s in "${services[@]}"; do
+			id=$("${compose[@]}" ps -q "$s")
+			st=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id" 2>/dev/null || echo missing)
+			[ "$st" = healthy ] || all="$s is $st"
+		done
+		[ "$all" = ok ] && return 0
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			echo "compose-test: not healthy after $1s: $all" >&2
+			return 1
+		fi
+		sleep 1
+	done
+}
+
+say "compose up (project $project, ${compose_bin[*]}, gRPC $endpoints)"
+"${compose[@]}" up -d
+wait_healthy 90
+say "all three containers healthy"
+
+containers=$(for s in "${services[@]}"; do "${compose[@]}" ps -q "$s"; done | paste -sd, -)
+"$work/composecheck" --phase failover --endpoints "$endpoints" --http "$https" \
+	--containers "$containers" --state "$work/state.json" --timeout 150s
+wait_healthy 60
+
+say "compose down (volumes kept) and up again"
+"${compose[@]}" down
+"${compose[@]}" up -d
+wait_healthy 90
+logs=$("${compose[@]}" logs --no-color)
+for s in "${services[@]}"; do
+	if ! grep -E "^$s[-_ ].*raft state found in data dir: not bootstrapping again" <<<"$logs" >/dev/null; then
+		echo "compose-test: $s did not report its kept raft state after down/up" >&2
+		exit 1
+	fi
+done
+if grep -q "bootstrapped raft cluster" <<<"$logs"; then
+	echo "compose-test: a node bootstrapped again after down/up" >&2
+	exit 1
+fi
+say "every node restarted from its volume without bootstrapping"
+"$work/composecheck" --phase verify --endpoints "$endpoints" --http "$https" \
+	--state "$work/state.json" --timeout 60s
+
+say "PASS"
