@@ -320,7 +320,7 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	if err := report.Write(dir, r); err != nil {
 		return r, err
 	}
-	if err := report.Plots(dir, fmt.Sprintf("%s (seed %d)", strings.Join(kinds, ","), o.Seed), es); err != nil {
+	if err := report.Plots(dir, fmt.Sprintf("nemesis %s, workload %s, %d nodes (seed %d)", o.Nemesis, o.Workload, o.Nodes, o.Seed), es); err != nil {
 		log.Error("plots", "err", err)
 	}
 	fmt.Fprint(o.Out, report.Text(r))

@@ -1,12 +1,9 @@
 package nemesis
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
-
-	"google.golang.org/protobuf/encoding/protojson"
-
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 // Grudge maps a node to the nodes whose packets it drops. Partitions are
@@ -104,15 +101,27 @@ func voterIn(peersJSON, id string) bool {
 	return v
 }
 
-// peerState reads whether id is a voter and whether it is listed at all.
+// peerState reads whether id is a voter and whether it is listed at all,
+// from either shape cohortctl has printed: a JSON array of servers, or an
+// object with a "servers" array.
 func peerState(peersJSON, id string) (voter, present bool) {
-	var st cohortv1.StatusResponse
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(peersJSON), &st); err != nil {
-		return false, false
+	type server struct {
+		NodeID string `json:"nodeId"`
+		Voter  bool   `json:"voter"`
 	}
-	for _, s := range st.GetServers() {
-		if s.GetNodeId() == id {
-			return s.GetVoter(), true
+	var servers []server
+	if err := json.Unmarshal([]byte(peersJSON), &servers); err != nil {
+		var obj struct {
+			Servers []server `json:"servers"`
+		}
+		if err := json.Unmarshal([]byte(peersJSON), &obj); err != nil {
+			return false, false
+		}
+		servers = obj.Servers
+	}
+	for _, s := range servers {
+		if s.NodeID == id {
+			return s.Voter, true
 		}
 	}
 	return false, false

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,10 +90,11 @@ func Test_Grudges(t *testing.T) {
 		}
 		key := slices.Clone(m)
 		slices.Sort(key)
-		if seen[slices.Concat(key)[0]+key[1]+key[2]] {
+		k := strings.Join(key, ",")
+		if seen[k] {
 			t.Fatalf("ring: two nodes see the same majority %v", key)
 		}
-		seen[key[0]+key[1]+key[2]] = true
+		seen[k] = true
 	}
 	g, _ = Bridge(five)
 	if len(majority(g, five, "n1")) != 5 {
@@ -115,5 +117,12 @@ func Test_VoterIn(t *testing.T) {
 	js := `{"servers":[{"nodeId":"n1","voter":true},{"nodeId":"n2","voter":false}]}`
 	if !voterIn(js, "n1") || voterIn(js, "n2") || voterIn(js, "n3") {
 		t.Fatal("voterIn misread the peers JSON")
+	}
+	arr := `[{"nodeId":"n1","voter":true,"lag":"0"},{"nodeId":"n2","voter":false}]`
+	if v, p := peerState(arr, "n2"); v || !p {
+		t.Fatal("peerState misread the array form")
+	}
+	if !voterIn(arr, "n1") {
+		t.Fatal("voterIn misread the array form")
 	}
 }

@@ -40,6 +40,7 @@ func (r *Runner) Run(ctx context.Context, s Schedule) error {
 	t0 := time.Now()
 	var errs []error
 	for _, st := range s.Steps {
+
 		if !sleepUntil(ctx, t0.Add(st.At)) {
 			break
 		}
@@ -64,6 +65,11 @@ func (r *Runner) Run(ctx context.Context, s Schedule) error {
 		r.Rec.Add(history.Entry{Type: history.TypeNemesis, F: st.Kind, Phase: history.NemStop, Fault: st.Kind,
 			Nodes: a.nodes, Start: r.Rec.Now(), Note: note})
 		r.Log.Info("nemesis: healed", "kind", st.Kind, "nodes", a.nodes)
+		// A heal that overran (a slow rejoin) pushes the rest of the
+		// schedule back, keeping the planned pauses, instead of squeezing it.
+		if over := time.Since(t0.Add(st.At + st.Duration)); over > 0 {
+			t0 = t0.Add(over)
+		}
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
