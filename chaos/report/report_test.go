@@ -1,0 +1,48 @@
+package report
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cohortlabs/cohort/chaos/checker"
+	"github.com/cohortlabs/cohort/chaos/history"
+)
+
+func Test_Report_WritesResultsAndBothPlots(t *testing.T) {
+	var es []history.Entry
+	for i := range int64(200) {
+		out := history.OK
+		if i%17 == 0 {
+			out = history.Info
+		}
+		es = append(es, history.Entry{Type: history.TypeOp, F: history.FWrite, Start: i * 5e7, End: i*5e7 + 3e6, Outcome: out,
+			Group: "g", Topic: "t", Value: history.Int64(i)})
+	}
+	es = append(es,
+		history.Entry{Type: history.TypeNemesis, Fault: "kill-leader", Phase: history.NemStart, Start: 2e9},
+		history.Entry{Type: history.TypeNemesis, Fault: "kill-leader", Phase: history.NemStop, Start: 4e9},
+	)
+	history.Sort(es)
+	dir := t.TempDir()
+	r := &Results{Run: "test"}
+	Summarise(r, es, checker.All(es, checker.Options{}))
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := Plots(dir, "test", es); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"results.json", "latency.png", "throughput.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Fatalf("%s missing or empty: %v", f, err)
+		}
+	}
+	if r.Faults["kill-leader"] != 1 || r.Ops[history.FWrite][history.Info] != 12 {
+		t.Fatalf("counts wrong: faults %v ops %v", r.Faults, r.Ops)
+	}
+	if !strings.Contains(Text(r), "kill-leader") {
+		t.Fatalf("summary misses the fault:\n%s", Text(r))
+	}
+}
