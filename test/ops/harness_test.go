@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -293,6 +294,11 @@ func (c *cluster) waitVoters(ids ...string) *cohortv1.StatusResponse {
 	c.t.Helper()
 	var st *cohortv1.StatusResponse
 	waitFor(c.t, 60*time.Second, fmt.Sprintf("voters exactly %v, all healthy", ids), func() (bool, string) {
+		for _, id := range ids {
+			if n := c.nodes[id]; n.cmd != nil && n.exited() {
+				c.t.Fatalf("%s exited unexpectedly (%v):\n%s", id, n.err, tail(n.out.String(), 20))
+			}
+		}
 		var err error
 		st, err = c.status()
 		if err != nil {
@@ -348,14 +354,33 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+var (
+	portsMu sync.Mutex
+	used    = map[int]bool{}
+)
+
+// freeAddr picks a free loopback port below the kernel's ephemeral range
+// (32768 and up on Linux), so that no outgoing connection of this or
+// another process takes it between the check and cohortd's listen.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 20000 + rand.IntN(12000)
+		if used[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		used[p] = true
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("no free port found")
+	return ""
 }
 
 // cleanEnv is the environment without COHORT_* variables, so that the

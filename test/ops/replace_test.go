@@ -11,7 +11,9 @@ import (
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // Test_Process_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter: a node
@@ -67,12 +69,14 @@ func createTopics(t *testing.T, endpoints []string, prefix string, n int) {
 	defer conn.Close()
 	tc := cohortv1.NewTopicsClient(conn)
 	for i := range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := tc.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: fmt.Sprintf("%s%d", prefix, i), Partitions: 3})
-		cancel()
-		if err != nil {
-			t.Fatalf("create topic %s%d: %v", prefix, i, err)
-		}
+		// Retried: right after formation a node may not know the
+		// leader's gRPC address yet (Unavailable).
+		waitFor(t, 10*time.Second, fmt.Sprintf("create topic %s%d", prefix, i), func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := tc.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: fmt.Sprintf("%s%d", prefix, i), Partitions: 3})
+			return err == nil || status.Code(err) == codes.AlreadyExists, fmt.Sprint(err)
+		})
 	}
 }
 
