@@ -50,6 +50,12 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./fsm/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./raftnode/
+	$(GO) test -run '^$$' -bench . ./assign/
 
 clean:
 	rm -rf $(BIN)
+
+# Deployment (image, compose cluster, compose-test, k8s manifests) and the
+# Jepsen-style failure suite each keep their targets beside their code.
+include deploy/deploy.mk
+include chaos/chaos.mk
