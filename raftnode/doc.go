@@ -4,6 +4,16 @@
 // (--bootstrap, --bootstrap-expect with --join) and the node registry
 // entry that lets other nodes find this node's gRPC address.
 //
+// It also owns cluster operations (admin.go, cluster_service.go): the
+// cohort.v1.ClusterService with its admin token check and forwarding to
+// the leader; membership changes that are safe by default (non-voters
+// first, promotion only when caught up, quorum checks, leadership handed
+// over before the leader is changed, idempotent); joining a running cluster
+// and stopping once removed (membership.go); the leader's autopilot
+// (autopilot.go, hashicorp/raft-autopilot); snapshot save and restore of the
+// whole state (snapshot.go); and offline recovery from a lost quorum
+// (recover.go).
+//
 // It owns the adapter between raft.FSM and the pure *fsm.FSM: commands are
 // protobuf fsmv1.Command values, applied through Node.Apply, which returns
 // the FSM's typed *fsm.ApplyResult. Leadership is observable without losing
