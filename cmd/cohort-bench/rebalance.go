@@ -63,6 +63,7 @@ its heartbeat told it to rejoin) to the last member's new assignment.`,
 				for _, n := range ns {
 					row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval)
 					if err != nil {
+						tb.flush() // the sizes measured so far
 						return err
 					}
 					tb.row(row...)
