@@ -79,15 +79,24 @@ say "building $COHORT_IMAGE and composecheck"
 deploy/docker/build-image.sh "$COHORT_IMAGE" >"$work/build.log" 2>&1 || { cat "$work/build.log" >&2; exit 1; }
 CGO_ENABLED=0 ${GO:-go} build -trimpath -o "$work/composecheck" ./deploy/compose/composecheck
 
+# container_ids: the services' container IDs after an `up` (asking compose
+# once: docker-compose v1 takes a second per call).
+container_ids() {
+	ids=()
+	local s
+	for s in "${services[@]}"; do
+		ids+=("$("${compose[@]}" ps -q "$s")")
+	done
+}
+
 # wait_healthy: poll Docker's health status of every service.
 wait_healthy() {
-	local deadline=$(( $(date +%s) + $1 )) s id st all
+	local deadline=$(( $(date +%s) + $1 )) i st all
 	while :; do
 		all=ok
-		for s in "${services[@]}"; do
-			id=$("${compose[@]}" ps -q "$s")
-			st=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id" 2>/dev/null || echo missing)
-			[ "$st" = healthy ] || all="$s is $st"
+		for i in "${!services[@]}"; do
+			st=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "${ids[$i]}" 2>/dev/null || echo missing)
+			[ "$st" = healthy ] || all="${services[$i]} is $st"
 		done
 		[ "$all" = ok ] && return 0
 		if [ "$(date +%s)" -ge "$deadline" ]; then
@@ -100,10 +109,11 @@ wait_healthy() {
 
 say "compose up (project $project, ${compose_bin[*]}, gRPC $endpoints)"
 "${compose[@]}" up -d
+container_ids
 wait_healthy 90
 say "all three containers healthy"
 
-containers=$(for s in "${services[@]}"; do "${compose[@]}" ps -q "$s"; done | paste -sd, -)
+containers=$(IFS=,; echo "${ids[*]}")
 "$work/composecheck" --phase failover --endpoints "$endpoints" --http "$https" \
 	--containers "$containers" --state "$work/state.json" --timeout 150s
 wait_healthy 60
@@ -111,6 +121,7 @@ wait_healthy 60
 say "compose down (volumes kept) and up again"
 "${compose[@]}" down
 "${compose[@]}" up -d
+container_ids
 wait_healthy 90
 logs=$("${compose[@]}" logs --no-color)
 for s in "${services[@]}"; do
