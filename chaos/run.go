@@ -268,6 +268,11 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 		grps.StopChurn()
 		grps.AwaitStable(ctx, o.Recovery)
 	}
+	// Keep the clients going until each has succeeded since the heal (or
+	// the recovery window is over), and at least 5 s.
+	for offs != nil && !offs.Recovered(healed) && time.Since(healed) < o.Recovery && ctx.Err() == nil {
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
 	sleepCtx(ctx, time.Until(healed.Add(5*time.Second)))
 	stopWorkloads()
 	wg.Wait()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cohortlabs/cohort/chaos/history"
@@ -34,10 +35,11 @@ type Offsets struct {
 	// operations (default 20 ms).
 	Timeout, Pause time.Duration
 
-	next  atomic.Int64
-	mu    sync.Mutex
-	used  map[history.Key]bool
-	start time.Time
+	next   atomic.Int64
+	mu     sync.Mutex
+	used   map[history.Key]bool
+	lastOK map[int]time.Time
+	start  time.Time
 }
 
 func (w *Offsets) defaults() {
@@ -61,6 +63,7 @@ func (w *Offsets) defaults() {
 	}
 	if w.used == nil {
 		w.used = map[history.Key]bool{}
+		w.lastOK = map[int]time.Time{}
 	}
 }
 
@@ -90,6 +93,40 @@ func createTopic(ctx context.Context, endpoints []string, name string, partition
 	}
 }
 
+// dialOptions: a client reconnects to a restarted node within a second
+// (gRPC's default backoff grows to two minutes, which would hide recovery).
+func dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+	}
+}
+
+// Recovered reports whether every client completed an operation since t
+// (the final heal).
+func (w *Offsets) Recovered(t time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.lastOK) == 0 {
+		return false
+	}
+	for _, at := range w.lastOK {
+		if at.Before(t) {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *Offsets) ok(proc int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastOK[proc] = time.Now()
+}
+
 // Run drives the clients until ctx ends.
 func (w *Offsets) Run(ctx context.Context) {
 	w.defaults()
@@ -100,6 +137,9 @@ func (w *Offsets) Run(ctx context.Context) {
 		for range w.ProcsPerNode {
 			id := proc
 			proc++
+			w.mu.Lock()
+			w.lastOK[id] = time.Time{}
+			w.mu.Unlock()
 			wg.Go(func() { w.client(ctx, id, ep) })
 		}
 	}
@@ -123,7 +163,7 @@ func (w *Offsets) key(rng *rand.Rand) history.Key {
 // leader-following, no retries; every call is one attempt.
 func (w *Offsets) client(ctx context.Context, proc int, endpoint string) {
 	rng := rand.New(rand.NewPCG(w.Seed, uint64(proc)))
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(endpoint, dialOptions()...)
 	if err != nil {
 		w.Log.Error("offsets client", "endpoint", endpoint, "err", err)
 		return
@@ -156,6 +196,9 @@ func (w *Offsets) write(ctx context.Context, groups cohortv1.GroupCoordinatorCli
 	cancel()
 	e.End = w.Rec.Now()
 	e.Outcome, e.Error = classify(err), errString(err)
+	if err == nil && !isFinalProc(proc) {
+		w.ok(proc)
+	}
 	if err == nil {
 		for _, p := range resp.GetPartitions() {
 			if p.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
@@ -192,8 +235,14 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 	}
 	e.Value, e.Outcome = history.Int64(v), history.OK
 	w.Rec.Add(e)
+	if !final {
+		w.ok(proc)
+	}
 	return true
 }
+
+// final: process ids of the final reads.
+func isFinalProc(proc int) bool { return proc >= 900 }
 
 // Final reads every key ever used, each until it answers or ctx ends,
 // through whichever node answers (process ids from 900).
@@ -207,7 +256,7 @@ func (w *Offsets) Final(ctx context.Context) {
 	w.mu.Unlock()
 	conns := make([]cohortv1.GroupCoordinatorClient, len(w.Endpoints))
 	for i, ep := range w.Endpoints {
-		c, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(ep, dialOptions()...)
 		if err != nil {
 			continue
 		}
