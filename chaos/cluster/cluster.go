@@ -128,6 +128,23 @@ type Cluster struct {
 	mu          sync.Mutex
 	partitioned bool
 	netUp       bool
+	lock        *os.File
+}
+
+// lockInstance takes an exclusive lock on the instance, so that a second
+// run with the same instance fails instead of cleaning up the first one's
+// network and processes as leftovers.
+func lockInstance(instance int) (*os.File, error) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("cohort-chaos-%s.lock", Prefix(instance)))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cluster: instance %d is in use by another run (lock %s); pick another --instance", instance, path)
+	}
+	return f, nil
 }
 
 // Prefix is the name prefix of everything an instance creates.
@@ -147,11 +164,18 @@ func New(cfg Config) (*Cluster, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{cfg: cfg, prefix: Prefix(cfg.Instance), subnet: fmt.Sprintf("10.77.%d", cfg.Instance), log: cfg.Logger}
+	lock, err := lockInstance(cfg.Instance)
+	if err != nil {
+		return nil, err
+	}
+	c.lock = lock
 	if err := Cleanup(cfg.Instance, cfg.Logger); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("cluster: remove leftovers of an earlier run: %w", err)
 	}
 	dir, err := os.MkdirTemp("", dataDirPrefix(cfg.Instance))
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	c.dataDir = dir
@@ -509,12 +533,29 @@ func (c *Cluster) Close() error {
 	}
 	wg.Wait()
 	c.teardownNetwork()
+	defer func() {
+		if c.lock != nil {
+			c.lock.Close()
+			c.lock = nil
+		}
+	}()
 	if c.dataDir != "" {
 		if err := os.RemoveAll(c.dataDir); err != nil {
 			return fmt.Errorf("cluster: remove %s: %w", c.dataDir, err)
 		}
 	}
 	return nil
+}
+
+// CleanupIdle removes the leftovers of a crashed run of the instance, and
+// refuses while a run holds the instance.
+func CleanupIdle(instance int, log *slog.Logger) error {
+	lock, err := lockInstance(instance)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	return Cleanup(instance, log)
 }
 
 // Cleanup removes what a crashed run of the instance left behind: its

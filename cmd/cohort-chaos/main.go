@@ -66,7 +66,7 @@ func run() int {
 	o.CI = os.Getenv("CI") == "true"
 
 	if cleanup {
-		if err := cluster.Cleanup(o.Instance, slog.Default()); err != nil {
+		if err := cluster.CleanupIdle(o.Instance, slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, "cohort-chaos cleanup:", err)
 			return 2
 		}
