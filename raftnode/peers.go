@@ -73,6 +73,20 @@ func (c *GRPCPeerClient) AddNonvoter(ctx context.Context, addr string, req *coho
 	return resp, nil
 }
 
+// Status asks the node at addr (any node: it forwards to the leader) for
+// the cluster status.
+func (c *GRPCPeerClient) Status(ctx context.Context, addr string) (*cohortv1.StatusResponse, error) {
+	cl, err := c.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.Status(c.outgoing(ctx), &cohortv1.StatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("cluster status from %s: %w", addr, err)
+	}
+	return resp, nil
+}
+
 // Promote asks the node at addr to promote a non-voter.
 func (c *GRPCPeerClient) Promote(ctx context.Context, addr string, req *cohortv1.PromoteRequest) (*cohortv1.PromoteResponse, error) {
 	cl, err := c.client(addr)

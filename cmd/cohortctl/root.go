@@ -106,30 +106,40 @@ func dial(addr string) (*grpc.ClientConn, error) {
 }
 
 // withEndpoint calls fn with a connection to each endpoint in turn until
-// one answers; an answer that is an application error (not Unavailable)
-// ends the attempts.
+// one answers. An answer that is an application error ends the attempts;
+// when every endpoint is unavailable (no leader during an election, a node
+// down, the leader just died), it tries them all again with a growing pause
+// until --timeout. Every cohortctl operation is safe to repeat.
 func (g *globals) withEndpoint(ctx context.Context, fn func(conn *grpc.ClientConn) error) error {
-	var errs []error
-	for _, addr := range g.endpoints {
-		conn, err := dial(addr)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	pause := 100 * time.Millisecond
+	for {
+		var errs []error
+		for _, addr := range g.endpoints {
+			conn, err := dial(addr)
+			if err != nil {
+				return err
+			}
+			err = fn(conn)
+			conn.Close()
+			if err == nil {
+				return nil
+			}
+			if !retryable(err) || ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 		}
-		err = fn(conn)
-		conn.Close()
-		if err == nil {
-			return nil
+		err := errors.Join(errs...)
+		if len(errs) > 1 {
+			err = fmt.Errorf("no endpoint answered: %w", err)
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return err
+		case <-time.After(pause):
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		pause = min(2*pause, time.Second)
 	}
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return fmt.Errorf("no endpoint answered: %w", errors.Join(errs...))
 }
 
 func cluster(conn *grpc.ClientConn) cohortv1.ClusterServiceClient {

@@ -95,3 +95,29 @@ func countTopics(addr string) (int, error) {
 	}
 	return len(resp.GetTopics()), nil
 }
+
+// Test_Process_RemoveAndReaddRepeatedly_BecomesVoterEachTime: a node removed
+// and re-added fresh several times replays a log whose old configurations
+// list it as a voter, then as removed; it must neither stop itself on an old
+// configuration nor take an old one for its promotion.
+func Test_Process_RemoveAndReaddRepeatedly_BecomesVoterEachTime(t *testing.T) {
+	c := newCluster(t)
+	c.form(3)
+	for round := range 3 {
+		createTopics(t, c.grpcAddrs("n1", "n2"), fmt.Sprintf("r%d-", round), 10)
+		c.kill("n3")
+		if err := os.RemoveAll(c.nodes["n3"].dir); err != nil {
+			t.Fatal(err)
+		}
+		c.mustCtl("cluster", "remove", "n3")
+		c.waitVoters("n1", "n2")
+		c.start("n3", "--join", strings.Join(c.grpcAddrs("n1", "n2"), ","))
+		c.waitVoters("n1", "n2", "n3")
+		waitFor(t, 10*time.Second, "n3 logs that it joined as a voter", func() (bool, string) {
+			return strings.Count(c.nodes["n3"].out.String(), "joined the cluster as a voter") == round+1, "not yet"
+		})
+		if strings.Contains(c.nodes["n3"].out.String(), "removed from the cluster; shutting down") {
+			t.Fatalf("round %d: n3 stopped itself on an old configuration", round)
+		}
+	}
+}
