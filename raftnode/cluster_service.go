@@ -224,6 +224,9 @@ func (s *ClusterService) RegisterNode(ctx context.Context, req *cohortv1.Registe
 	case res.Err != nil:
 		return nil, status.Errorf(codes.InvalidArgument, "register node %q: %v", req.GetNodeId(), res.Err)
 	}
+	if _, err := s.n.updateRaftAddress(ctx, req.GetNodeId(), req.GetRaftAddress()); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "register node %q: %v", req.GetNodeId(), err)
+	}
 	return &cohortv1.RegisterNodeResponse{Index: res.Index}, nil
 }
 

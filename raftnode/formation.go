@@ -224,12 +224,24 @@ func (n *Node) registerOnce(ctx context.Context) (bool, error) {
 	if n.registered() {
 		return true, nil
 	}
-	leaderID, _ := n.Leader()
-	if leaderID == "" {
-		return false, errors.New("no leader yet")
-	}
 	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
+	leaderID, _ := n.Leader()
+	if leaderID == "" {
+		// A node whose raft address changed (a pod recreated with a new
+		// IP) hears from no leader until the leader learns the new
+		// address: ask the join addresses who leads and register there.
+		addr := n.leaderGRPCFromPeers(cctx)
+		if addr == "" {
+			return false, errors.New("no leader yet")
+		}
+		if _, err := n.peers.RegisterNode(cctx, addr, &cohortv1.RegisterNodeRequest{
+			NodeId: n.id, GrpcAddress: n.cfg.GRPCAdvertise, RaftAddress: n.cfg.RaftAdvertise,
+		}); err != nil {
+			return false, err
+		}
+		return n.registered(), nil
+	}
 	if leaderID == n.id {
 		res, err := n.Apply(cctx, n.registerCommand())
 		if err != nil {
