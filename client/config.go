@@ -17,7 +17,13 @@ const (
 	DefaultRebalanceTimeout = 30 * time.Second
 	DefaultRequestTimeout   = 5 * time.Second
 	DefaultRetryBackoffMin  = 50 * time.Millisecond
-	DefaultRetryBackoffMax  = 2 * time.Second
+	// DefaultRetryBackoffMax is about half the server's election timeout:
+	// the commonest retry is a failover, and a client backing off past the
+	// election lands its first request long after the new leader serves.
+	// With a 2 s cap, commits after a kill -9 of the leader resumed at 1.2,
+	// 2.4 or 3.5 s (the backoff steps); with 200 ms, at 1.1–1.35 s median
+	// (docs/benchmarks.md, cohort-bench failover).
+	DefaultRetryBackoffMax = 250 * time.Millisecond
 )
 
 // ServerSideProtocolType is the protocol type of a group whose assignment

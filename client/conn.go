@@ -168,6 +168,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 		c.log.Debug("cohort request failed, retrying", "method", method, "endpoint", addr, "attempt", attempt, "err", err)
 		if jump && hops < len(c.cfg.Endpoints) {
 			hops++
+			retries = 0 // a new leader was named: the wait starts over
 			continue
 		}
 		hops = 0
