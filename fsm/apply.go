@@ -288,17 +288,17 @@ func (s *State) addMember(g *Group, m *Member) {
 // updateMember takes the member's new self-description, keeping its
 // round and assignment bookkeeping.
 func (s *State) updateMember(g *Group, old, m *Member) {
-	cur, _ := g.Member(old.ID)
+	cur, _ := g.editMemberByID(old.ID)
 	cur.ClientID, cur.ClientHost = m.ClientID, m.ClientHost
 	cur.SessionTimeoutMs, cur.RebalanceTimeoutMs = m.SessionTimeoutMs, m.RebalanceTimeoutMs
 	cur.Protocols, cur.Topics = m.Protocols, m.Topics
 }
 
 func (s *State) markJoined(now int64, g *Group, id string) {
-	m, _ := g.Member(id)
-	if m.Joined {
+	if m, _ := g.Member(id); m.Joined {
 		return
 	}
+	m, _ := g.editMemberByID(id)
 	g.NextJoinSeq++
 	m.Joined, m.JoinSeq, m.JoinedAtMs = true, g.NextJoinSeq, now
 }
@@ -336,8 +336,11 @@ func (s *State) prepareRebalance(now int64, g *Group) {
 	g.RebalanceStartedMs = now
 	g.InitialDelayUntilMs = 0
 	g.NextJoinSeq = 0
-	for _, m := range g.Members {
-		m.Joined, m.JoinSeq = false, 0
+	for i, m := range g.Members {
+		if m.Joined || m.JoinSeq != 0 {
+			m = g.editMember(i)
+			m.Joined, m.JoinSeq = false, 0
+		}
 	}
 }
 
@@ -391,8 +394,8 @@ func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
 	g.Generation++
 	g.InitialDelayUntilMs = 0
 	g.StateChangedMs = now
-	for _, m := range g.Members {
-		m.Assignment = Assignment{}
+	for i := range g.Members {
+		g.editMember(i).Assignment = Assignment{}
 	}
 	if len(g.Members) == 0 {
 		g.State, g.LeaderID, g.Protocol = Empty, "", ""
@@ -476,8 +479,8 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 		return fail(perr)
 	}
 	g, _ = s.mutableGroup(g.ID)
-	for _, m := range g.Members {
-		m.Assignment = plan[m.ID]
+	for i, m := range g.Members {
+		g.editMember(i).Assignment = plan[m.ID]
 	}
 	g.State = Stable
 	g.StateChangedMs = now

@@ -205,3 +205,37 @@ func BenchmarkSnapshot10kGroups1MOffsets(b *testing.B) {
 		b.ReportMetric(float64(ru.Maxrss)/1024, "peak-RSS-MiB")
 	}
 }
+
+// BenchmarkRebalanceRound1000Members: one full rebalance of a 1,000-member
+// group — the leader rejoins, then the other 999 — reported per join. A
+// join copies the member it changes, not the group's members.
+func BenchmarkRebalanceRound1000Members(b *testing.B) {
+	const members, partitions = 1000, 1000
+	f := New()
+	var idx uint64 = 1
+	f.ApplyEntry(idx, encode(b, at(0, createTopic{"t", partitions})))
+	idx = benchGroup(b, f, idx, "g", members, partitions)
+	g, _ := f.Group("g")
+	order := make([]string, 0, members)
+	order = append(order, g.LeaderID)
+	for _, m := range g.Members {
+		if m.ID != g.LeaderID {
+			order = append(order, m.ID)
+		}
+	}
+	entries := make([][]byte, len(order))
+	for i, id := range order {
+		entries[i] = encode(b, at(int64(idx), join{group: "g", member: id, topics: []string{"t"}}))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for _, e := range entries {
+			idx++
+			if res := f.ApplyEntry(idx, e); res.Err != nil {
+				b.Fatal(res.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*members), "µs/join")
+}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
@@ -491,4 +492,25 @@ func TestBatch_AppliesEachInOrderWithOwnResult(t *testing.T) {
 	})
 	h.refused(at(11, batch{}), CodeInvalidArgument)
 	h.refused(at(11, batch{batch{createTopic{"x", 1}}}), CodeInvalidArgument)
+}
+
+func TestGroups_FrozenViewsNeverChange(t *testing.T) {
+	h := stableGroup(t)
+	// A view handed out earlier must not see later changes to its members,
+	// however the group is copied.
+	view := h.group("g")
+	a, _ := view.Member("a")
+	before := fmt.Sprintf("%+v", *a)
+	h.ok(at(10, join{group: "g", member: "a", topics: []string{"t"}})) // leader rejoin: rebalance, a joined
+	h.ok(at(11, join{group: "g", member: "b", topics: []string{"t"}})) // completes: assignments cleared
+	if a2, _ := view.Member("a"); fmt.Sprintf("%+v", *a2) != before || view.Generation != 2 || view.State != Stable {
+		t.Fatalf("a frozen view changed: member %+v (was %s), generation %d, %s", a2, before, view.Generation, view.State)
+	}
+	now := h.group("g")
+	if now.Generation != 3 || now.State != CompletingRebalance {
+		t.Fatalf("live group: generation %d %s", now.Generation, now.State)
+	}
+	if na, _ := now.Member("a"); na.Assignment.Len() != 0 || !na.Joined {
+		t.Fatalf("live member a: %+v", na)
+	}
 }

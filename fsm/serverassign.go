@@ -138,8 +138,8 @@ func (s *State) assignServerSide(now int64, g *Group, prev map[string]Assignment
 			plan = nil
 		}
 	}
-	for _, m := range g.Members {
-		m.Assignment = plan[m.ID]
+	for i, m := range g.Members {
+		g.editMember(i).Assignment = plan[m.ID]
 	}
 	g.State = Stable
 	g.StateChangedMs = now

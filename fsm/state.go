@@ -94,6 +94,11 @@ type Member struct {
 	JoinSeq    int64
 	JoinedAtMs int64
 	Assignment Assignment
+
+	// epoch is the group epoch that may change this member in place; a
+	// member from an older epoch is shared with frozen groups and is copied
+	// first (Group.editMember).
+	epoch uint64
 }
 
 // Subscribes reports whether the member subscribes to topic.
@@ -210,15 +215,33 @@ func (g *Group) JoinOrder() []*Member {
 	return out
 }
 
+// clone copies the group for changing. Members are shared: the copy
+// replaces a member with its own copy only when it changes one (editMember),
+// so a join into a 1,000-member group copies one member, not 1,000.
 func (g *Group) clone(epoch uint64) *Group {
 	c := *g
 	c.epoch = epoch
-	c.Members = make([]*Member, len(g.Members))
-	for i, m := range g.Members {
-		mc := *m
-		c.Members[i] = &mc
-	}
+	c.Members = slices.Clone(g.Members)
 	return &c
+}
+
+// editMember returns member i ready to be changed in place.
+func (g *Group) editMember(i int) *Member {
+	if m := g.Members[i]; m.epoch != g.epoch {
+		mc := *m
+		mc.epoch = g.epoch
+		g.Members[i] = &mc
+	}
+	return g.Members[i]
+}
+
+// editMemberByID returns the member with the given ID ready to be changed.
+func (g *Group) editMemberByID(id string) (*Member, bool) {
+	i, ok := g.memberIndex(id)
+	if !ok {
+		return nil, false
+	}
+	return g.editMember(i), true
 }
 
 func (g *Group) insertMember(m *Member) {
