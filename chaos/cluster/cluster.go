@@ -535,6 +535,7 @@ func (c *Cluster) Close() error {
 	c.teardownNetwork()
 	defer func() {
 		if c.lock != nil {
+			_ = os.Remove(c.lock.Name())
 			c.lock.Close()
 			c.lock = nil
 		}
@@ -554,7 +555,10 @@ func CleanupIdle(instance int, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
+	defer func() {
+		_ = os.Remove(lock.Name())
+		lock.Close()
+	}()
 	return Cleanup(instance, log)
 }
 
