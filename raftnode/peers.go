@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -36,6 +38,12 @@ func NewGRPCPeerClient(opts ...grpc.DialOption) *GRPCPeerClient {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	// Ping idle peer connections so one whose peer vanished (a partition
+	// that healed, a killed node) is noticed in seconds rather than when TCP
+	// gives up; cohortd's gRPC server permits pings this often.
+	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true,
+	}))
 	return &GRPCPeerClient{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 

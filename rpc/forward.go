@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -30,6 +32,17 @@ const (
 	// clientHostKey carries the original client's address through a forward.
 	clientHostKey = "cohort-client-host"
 )
+
+const (
+	forwardPingInterval = 2 * time.Second
+	forwardPingTimeout  = 2 * time.Second
+)
+
+// ServerKeepalive lets peers ping as often as the forwarder does; gRPC's
+// default policy would answer such pings with GOAWAY.
+func ServerKeepalive() grpc.ServerOption {
+	return grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: forwardPingInterval / 2, PermitWithoutStream: true})
+}
 
 // Leadership is what forwarding needs to know about the Raft node.
 type Leadership interface {
@@ -55,6 +68,13 @@ func NewForwarder(node Leadership, services []string, log *slog.Logger, dialOpts
 	if len(dialOpts) == 0 {
 		dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	// Pings on the node-to-node connections: after a partition heals, a
+	// connection whose peer vanished would otherwise hang forwarded calls
+	// until TCP gives up (10–15 s seen by the chaos suite). Servers accept
+	// pings this often (ServerKeepalive).
+	dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
+	}))
 	return &Forwarder{node: node, services: services, dialOpts: dialOpts, log: log, conns: map[string]*grpc.ClientConn{}}
 }
 

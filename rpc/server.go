@@ -131,6 +131,7 @@ func NewServer(e *coordinator.Engine, node Leadership, log *slog.Logger, dialOpt
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Forwarder.UnaryInterceptor),
+		ServerKeepalive(),
 	}
 }
 
