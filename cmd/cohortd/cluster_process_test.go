@@ -32,6 +32,9 @@ func Test_Process_RunCluster_FormsOneClusterAndStopsCleanly(t *testing.T) {
 	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bash is required to run scripts/run-cluster.sh: %v", err)
+		}
 		t.Skip("bash not found: ", err)
 	}
 	dir := t.TempDir()
