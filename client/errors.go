@@ -84,10 +84,12 @@ var (
 	ErrAlreadyRunning = errors.New("cohort: member already running")
 )
 
-// Reason returns the protocol error name carried by err ("" if none).
+// Reason returns the protocol error name carried by err ("" if none):
+// from an *Error of this package, or from the google.rpc.ErrorInfo of a raw
+// gRPC status (calls made with the generated clients directly).
 func Reason(err error) string {
 	var e *Error
-	if errors.As(err, &e) {
+	if errors.As(fromStatus(err), &e) {
 		return e.Reason
 	}
 	return ""

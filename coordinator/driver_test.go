@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
@@ -42,18 +43,7 @@ func newMember(t testing.TB, c *testcluster.Cluster, group string, topics ...str
 
 func (m *member) client() cohortv1.GroupCoordinatorClient { return m.c.Groups(m.node) }
 
-func reason(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
-}
+func reason(err error) string { return client.Reason(err) }
 
 func errorInfo(err error) *errdetails.ErrorInfo {
 	st, _ := status.FromError(err)

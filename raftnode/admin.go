@@ -296,6 +296,30 @@ func CheckVoterLoss(voterIDs []raft.ServerID, healthy map[raft.ServerID]bool, ta
 	return nil
 }
 
+// voterLossSettle is how long a refusal for lack of healthy voters is
+// re-checked before it is final. Right after an election or a leadership
+// transfer (removing the leader hands leadership over first, and the
+// caller retries on the new leader) the other voters have not yet heard
+// from the new leader in its term, and would look unhealthy for a moment.
+const voterLossSettle = 2 * time.Second
+
+// checkVoterLoss is CheckVoterLoss on fresh probes, re-probing for up to
+// voterLossSettle while the answer is a refusal.
+func (n *Node) checkVoterLoss(ctx context.Context, c raft.Configuration, target raft.ServerID, force bool) error {
+	deadline := time.Now().Add(voterLossSettle)
+	for {
+		err := CheckVoterLoss(configVoters(c), n.healthyVoters(ctx, c), target, force)
+		if err == nil || !errors.Is(err, ErrQuorumAtRisk) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // healthyVoters probes the voters and says which are healthy.
 func (n *Node) healthyVoters(ctx context.Context, c raft.Configuration) map[raft.ServerID]bool {
 	var vs []raft.Server
@@ -489,7 +513,7 @@ func (n *Node) Demote(ctx context.Context, id string, force bool) (ChangeResult,
 		return ChangeResult{}, fmt.Errorf("%w: autopilot promotes every healthy non-voter again after %s; disable autopilot to keep %s a non-voter",
 			ErrAutopilotManaged, n.cfg.Autopilot.ServerStabilizationTime, id)
 	}
-	if err := CheckVoterLoss(configVoters(c), n.healthyVoters(ctx, c), s.ID, force); err != nil {
+	if err := n.checkVoterLoss(ctx, c, s.ID, force); err != nil {
 		return ChangeResult{}, fmt.Errorf("demote %s: %w", id, err)
 	}
 	if id == n.id {
@@ -518,7 +542,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string, force bool) (ChangeR
 		return ChangeResult{}, fmt.Errorf("%w: %q is not in the raft configuration and has never registered", ErrUnknownServer, id)
 	}
 	if s.Suffrage == raft.Voter {
-		if err := CheckVoterLoss(configVoters(c), n.healthyVoters(ctx, c), s.ID, force); err != nil {
+		if err := n.checkVoterLoss(ctx, c, s.ID, force); err != nil {
 			return ChangeResult{}, fmt.Errorf("remove %s: %w", id, err)
 		}
 	}

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -70,21 +69,7 @@ func classify(err error) history.Outcome {
 
 // reason is the protocol error name of a client library error or of a raw
 // gRPC status with a google.rpc.ErrorInfo.
-func reason(err error) string {
-	if r := client.Reason(err); r != "" {
-		return r
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
-}
+func reason(err error) string { return client.Reason(err) }
 
 func errString(err error) string {
 	if err == nil {
