@@ -445,3 +445,35 @@ func Test_Commit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
 	}
 	t.Logf("%d commits in %d log entries", commits, entries)
 }
+
+func Test_OffsetRetention_LeaderExpiresOffsetsOfEmptyGroupsOnly(t *testing.T) {
+	cfg := testcluster.DefaultCoordinator()
+	cfg.OffsetsRetention, cfg.OffsetsRetentionCheckInterval = 500*time.Millisecond, 100*time.Millisecond
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
+	createTopic(t, c, "t", 6)
+	ctx := testCtx(t)
+	a := newMember(t, c, "live", "t")
+	rebalance(t, ctx, a)
+	if _, err := a.commit(ctx, "t", 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Groups(0).OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{GroupId: "solo", Generation: -1,
+		Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "t", Partition: 0, Offset: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.WaitFor(t, 20*time.Second, "the empty group's offsets to expire", func() (bool, string) {
+		d := describe(t, c, 1, "solo")
+		return d.GetState() == "Dead", d.GetState()
+	})
+	// The live member keeps its session, and its group its offsets.
+	for range 5 {
+		if err := a.heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got, err := c.Groups(2).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "live"})
+	if err != nil || len(got.GetPartitions()) != 1 || got.GetPartitions()[0].GetOffset() != 10 {
+		t.Fatalf("offsets of a group with members after retention passed: %v %v", got, err)
+	}
+}

@@ -19,6 +19,11 @@ const (
 	DefaultTick = 50 * time.Millisecond
 	// DefaultBarrierTimeout bounds one attempt at the leadership barrier.
 	DefaultBarrierTimeout = 30 * time.Second
+	// DefaultOffsetsRetention and DefaultOffsetsRetentionCheckInterval are
+	// Kafka's offsets.retention.minutes (7 days) and
+	// offsets.retention.check.interval.ms (10 minutes).
+	DefaultOffsetsRetention              = 7 * 24 * time.Hour
+	DefaultOffsetsRetentionCheckInterval = 10 * time.Minute
 )
 
 // Limits bound what one request may carry; each is checked before anything
@@ -95,8 +100,13 @@ type Config struct {
 	MaxSessionTimeout     time.Duration
 	Tick                  time.Duration
 	BarrierTimeout        time.Duration
-	Limits                Limits
-	Logger                *slog.Logger
+	// OffsetsRetention is how long the offsets of a group without members
+	// are kept (after the later of the commit and the group becoming
+	// empty); the leader sweeps every OffsetsRetentionCheckInterval.
+	OffsetsRetention              time.Duration
+	OffsetsRetentionCheckInterval time.Duration
+	Limits                        Limits
+	Logger                        *slog.Logger
 	// Now is the clock (tests may replace it); defaults to time.Now.
 	Now func() time.Time
 }
@@ -120,6 +130,12 @@ func (c Config) withDefaults() Config {
 	if c.BarrierTimeout == 0 {
 		c.BarrierTimeout = DefaultBarrierTimeout
 	}
+	if c.OffsetsRetention == 0 {
+		c.OffsetsRetention = DefaultOffsetsRetention
+	}
+	if c.OffsetsRetentionCheckInterval == 0 {
+		c.OffsetsRetentionCheckInterval = DefaultOffsetsRetentionCheckInterval
+	}
 	c.Limits = c.Limits.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -140,6 +156,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator: session timeout bounds [%v, %v] are not a valid range", c.MinSessionTimeout, c.MaxSessionTimeout)
 	case c.Tick <= 0:
 		return fmt.Errorf("coordinator: tick %v must be positive", c.Tick)
+	case c.OffsetsRetention < time.Millisecond || c.OffsetsRetentionCheckInterval <= 0:
+		return fmt.Errorf("coordinator: offsets retention %v (checked every %v) must be at least 1ms and the interval positive", c.OffsetsRetention, c.OffsetsRetentionCheckInterval)
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ type options struct {
 	maxAppendEntries                     int
 	shutdownTimeout                      time.Duration
 	initialDelay, minSession, maxSession time.Duration
+	offsetsRetention, retentionCheck     time.Duration
 	maxGroupSize                         int
 	logLevel, logFormat                  string
 	adminToken                           string
@@ -99,6 +100,8 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.minSession, "min-session-timeout", coordinator.DefaultMinSessionTimeout, "smallest session timeout a member may ask for")
 	f.DurationVar(&o.maxSession, "max-session-timeout", coordinator.DefaultMaxSessionTimeout, "largest session timeout a member may ask for")
 	f.IntVar(&o.maxGroupSize, "max-group-size", coordinator.DefaultLimits.MaxMembersPerGroup, "members a group may have")
+	f.DurationVar(&o.offsetsRetention, "offsets-retention", coordinator.DefaultOffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
+	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", coordinator.DefaultOffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
 	f.StringVar(&o.adminToken, "admin-token", "", "require this token (authorization: Bearer <token>) on every admin RPC; set it whenever the gRPC port is reachable from a shared network")
 	f.Uint64Var(&o.promoteMaxLag, "promote-max-lag", raftnode.DefaultPromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
 	f.DurationVar(&o.healthyLastContact, "healthy-last-contact", raftnode.DefaultHealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
@@ -204,11 +207,13 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 			Logger:             log,
 		},
 		Coordinator: coordinator.Config{
-			InitialRebalanceDelay: o.initialDelay,
-			NoInitialDelay:        o.initialDelay == 0,
-			MinSessionTimeout:     o.minSession,
-			MaxSessionTimeout:     o.maxSession,
-			Limits:                coordinator.Limits{MaxMembersPerGroup: o.maxGroupSize},
+			InitialRebalanceDelay:         o.initialDelay,
+			NoInitialDelay:                o.initialDelay == 0,
+			MinSessionTimeout:             o.minSession,
+			MaxSessionTimeout:             o.maxSession,
+			OffsetsRetention:              o.offsetsRetention,
+			OffsetsRetentionCheckInterval: o.retentionCheck,
+			Limits:                        coordinator.Limits{MaxMembersPerGroup: o.maxGroupSize},
 		},
 		GRPCListener: grpcLis,
 		Logger:       log,
