@@ -306,6 +306,13 @@ const voterLossSettle = 2 * time.Second
 // checkVoterLoss is CheckVoterLoss on fresh probes, re-probing for up to
 // voterLossSettle while the answer is a refusal.
 func (n *Node) checkVoterLoss(ctx context.Context, c raft.Configuration, target raft.ServerID, force bool) error {
+	allHealthy := map[raft.ServerID]bool{}
+	for _, id := range configVoters(c) {
+		allHealthy[id] = true
+	}
+	if err := CheckVoterLoss(configVoters(c), allHealthy, target, force); err != nil {
+		return err // refused whatever the servers' health: no point re-probing
+	}
 	deadline := time.Now().Add(voterLossSettle)
 	for {
 		err := CheckVoterLoss(configVoters(c), n.healthyVoters(ctx, c), target, force)
@@ -336,11 +343,6 @@ func (n *Node) healthyVoters(ctx context.Context, c raft.Configuration) map[raft
 		out[id] = reason == ""
 	}
 	return out
-}
-
-// waitIndex waits for a configuration-change future, bounded by ctx.
-func (n *Node) waitIndex(ctx context.Context, what string, start func(timeout time.Duration) raft.Future) error {
-	return n.waitFuture(ctx, what, start)
 }
 
 func timeoutOf(ctx context.Context, def time.Duration) time.Duration {
@@ -381,7 +383,7 @@ func (n *Node) AddNonvoter(ctx context.Context, id, raftAddr, grpcAddr string) (
 	if err := n.registerPeer(ctx, id, grpcAddr, raftAddr); err != nil {
 		return ChangeResult{}, err
 	}
-	err = n.waitIndex(ctx, "add non-voter", func(t time.Duration) raft.Future {
+	err = n.waitFuture(ctx, "add non-voter", func(t time.Duration) raft.Future {
 		return n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, t)
 	})
 	if err != nil {
@@ -426,7 +428,7 @@ func (n *Node) Promote(ctx context.Context, id string) (ChangeResult, error) {
 	if err := n.checkCaughtUp(ctx, s); err != nil {
 		return ChangeResult{}, err
 	}
-	err = n.waitIndex(ctx, "promote", func(t time.Duration) raft.Future {
+	err = n.waitFuture(ctx, "promote", func(t time.Duration) raft.Future {
 		return n.raft.AddVoter(s.ID, s.Address, 0, t)
 	})
 	if err != nil {
@@ -519,7 +521,7 @@ func (n *Node) Demote(ctx context.Context, id string, force bool) (ChangeResult,
 	if id == n.id {
 		return ChangeResult{}, n.transferAway(ctx, c)
 	}
-	err = n.waitIndex(ctx, "demote", func(t time.Duration) raft.Future { return n.raft.DemoteVoter(s.ID, 0, t) })
+	err = n.waitFuture(ctx, "demote", func(t time.Duration) raft.Future { return n.raft.DemoteVoter(s.ID, 0, t) })
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -549,7 +551,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string, force bool) (ChangeR
 	if id == n.id {
 		return ChangeResult{}, n.transferAway(ctx, c)
 	}
-	err = n.waitIndex(ctx, "remove server", func(t time.Duration) raft.Future { return n.raft.RemoveServer(s.ID, 0, t) })
+	err = n.waitFuture(ctx, "remove server", func(t time.Duration) raft.Future { return n.raft.RemoveServer(s.ID, 0, t) })
 	if err != nil {
 		return ChangeResult{}, err
 	}

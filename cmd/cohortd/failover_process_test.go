@@ -13,6 +13,7 @@ import (
 
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
 // procNode is one cohortd process of a test cluster.
@@ -88,7 +89,7 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	waitUntil(t, 30*time.Second, "the cluster to serve", func() (bool, string) {
+	testcluster.WaitFor(t, 30*time.Second, "the cluster to serve", func() (bool, string) {
 		_, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "orders", Partitions: 6}, client.AttemptTimeout(2*time.Second))
 		return err == nil, fmt.Sprint(err)
 	})
@@ -119,7 +120,7 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 		}
 		return owned == 6, fmt.Sprintf("%d of 6 partitions owned", owned)
 	}
-	waitUntil(t, 30*time.Second, "three members sharing one generation", settled)
+	testcluster.WaitFor(t, 30*time.Second, "three members sharing one generation", settled)
 	gen := members[0].Generation()
 	before := make([][]client.TopicPartition, len(members))
 	want := map[string]int64{}
@@ -179,26 +180,11 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 
 	// The killed node restarts from its data dir and follows.
 	nodes[leader].start(t, bin)
-	waitUntil(t, 30*time.Second, "the restarted node to be ready", func() (bool, string) {
+	testcluster.WaitFor(t, 30*time.Second, "the restarted node to be ready", func() (bool, string) {
 		code, body := httpGet(ctx, "http://"+nodes[leader].http+"/readyz")
 		return code == 200, body
 	})
 	if d, err := conn.Groups().DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g"}}); err != nil || d.GetGroups()[0].GetGeneration() != gen {
 		t.Fatalf("after the restart: %v %v, want generation %d", d, err, gen)
-	}
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, detail)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
