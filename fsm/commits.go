@@ -1,0 +1,135 @@
+package fsm
+
+import (
+	"maps"
+	"slices"
+
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"github.com/cohortlabs/cohort/offsets"
+)
+
+func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
+	if err := checkName("group_id", c.GetGroupId()); err != nil {
+		return fail(err)
+	}
+	if len(c.GetOffsets()) == 0 {
+		return fail(Errorf(CodeInvalidArgument, "commit names no offsets"))
+	}
+	g, exists := s.groups[c.GetGroupId()]
+	standalone := c.GetGeneration() == -1 && c.GetMemberId() == ""
+	var member *Member
+	switch {
+	case standalone:
+		if exists && len(g.Members) > 0 {
+			return fail(Errorf(CodeIllegalGeneration, "group %q has members (%s, generation %d); a standalone commit needs an empty group", g.ID, g.State, g.Generation))
+		}
+	case c.GetMemberId() == "":
+		return fail(Errorf(CodeUnknownMemberID, "commit at generation %d names no member", c.GetGeneration()))
+	case !exists:
+		return fail(Errorf(CodeUnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
+	default:
+		m, ok := g.Member(c.GetMemberId())
+		if !ok {
+			return fail(Errorf(CodeUnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID))
+		}
+		if c.GetInstanceId() != "" && m.InstanceID != c.GetInstanceId() {
+			return fail(Errorf(CodeFencedInstanceID, "member %q has instance_id %q, commit says %q", m.ID, m.InstanceID, c.GetInstanceId()))
+		}
+		if c.GetGeneration() != g.Generation {
+			return fail(Errorf(CodeIllegalGeneration, "group %q is at generation %d, commit names %d", g.ID, g.Generation, c.GetGeneration()))
+		}
+		if g.State == CompletingRebalance {
+			return fail(Errorf(CodeRebalanceInProgress, "group %q is waiting for generation %d's assignment", g.ID, g.Generation))
+		}
+		member = m
+	}
+
+	res := &ApplyResult{Partitions: make([]PartitionResult, len(c.GetOffsets()))}
+	accepted := 0
+	for i, o := range c.GetOffsets() {
+		r := PartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
+		r.Err = s.checkCommit(member, o)
+		if r.Err == nil {
+			accepted++
+		}
+		res.Partitions[i] = r
+	}
+	if accepted == 0 {
+		res.Group = g
+		return res
+	}
+	if !exists {
+		g = &Group{ID: c.GetGroupId(), State: Empty, epoch: s.epoch, StateChangedMs: now}
+		s.groups[g.ID] = g
+	}
+	for i, o := range c.GetOffsets() {
+		if res.Partitions[i].Err != nil {
+			continue
+		}
+		s.offsets.Put(g.ID, offsets.Key{Topic: o.GetTopic(), Partition: o.GetPartition()}, offsets.Value{
+			Offset:            o.GetOffset(),
+			Metadata:          o.GetMetadata(),
+			CommitTimestampMs: now,
+			Generation:        c.GetGeneration(),
+		})
+	}
+	res.Group = g
+	return res
+}
+
+// checkCommit applies the per-partition rules: the partition exists, the
+// offset is not negative, and a member owns the partition.
+func (s *State) checkCommit(member *Member, o *fsmv1.OffsetCommit) error {
+	n, ok := s.topics[o.GetTopic()]
+	if !ok || o.GetPartition() < 0 || o.GetPartition() >= n {
+		return Errorf(CodeUnknownTopicOrPartition, "partition %s/%d does not exist", o.GetTopic(), o.GetPartition())
+	}
+	if o.GetOffset() < 0 {
+		return Errorf(CodeInvalidArgument, "offset %d for %s/%d is negative", o.GetOffset(), o.GetTopic(), o.GetPartition())
+	}
+	if member != nil && !member.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
+		return Errorf(CodeNotOwner, "member %q does not own %s/%d", member.ID, o.GetTopic(), o.GetPartition())
+	}
+	return nil
+}
+
+func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
+	if len(c.GetGroupIds()) == 0 {
+		return fail(Errorf(CodeInvalidArgument, "delete names no groups"))
+	}
+	res := &ApplyResult{Groups: make([]GroupResult, len(c.GetGroupIds()))}
+	for i, id := range c.GetGroupIds() {
+		r := GroupResult{GroupID: id}
+		g, ok := s.groups[id]
+		switch {
+		case !ok:
+			r.Err = Errorf(CodeGroupIDNotFound, "group %q does not exist", id)
+		case len(g.Members) > 0:
+			r.Err = Errorf(CodeNonEmptyGroup, "group %q has %d members (%s)", id, len(g.Members), g.State)
+		default:
+			delete(s.groups, id)
+			s.offsets.DeleteGroup(id)
+		}
+		res.Groups[i] = r
+	}
+	return res
+}
+
+func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
+	if c.GetRetentionMs() <= 0 {
+		return fail(Errorf(CodeInvalidArgument, "retention_ms %d must be positive", c.GetRetentionMs()))
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
+		g := s.groups[id]
+		if len(g.Members) > 0 {
+			continue
+		}
+		s.offsets.Expire(id, func(_ offsets.Key, v offsets.Value) bool {
+			return offsets.Expired(v, g.StateChangedMs, now, c.GetRetentionMs())
+		})
+		if s.offsets.GroupLen(id) == 0 && now-g.StateChangedMs >= c.GetRetentionMs() {
+			delete(s.groups, id)
+		}
+	}
+	return &ApplyResult{}
+}

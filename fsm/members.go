@@ -1,0 +1,468 @@
+package fsm
+
+import (
+	"slices"
+
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// memberFromSpec validates a member's self-description and converts it.
+func memberFromSpec(spec *fsmv1.MemberSpec) (*Member, *ProtocolError) {
+	if spec == nil {
+		return nil, Errorf(CodeInvalidArgument, "member is missing")
+	}
+	if err := checkName("member_id", spec.GetMemberId()); err != nil {
+		return nil, err
+	}
+	if len(spec.GetInstanceId()) > MaxNameLength {
+		return nil, Errorf(CodeInvalidArgument, "instance_id is %d bytes, over the limit of %d", len(spec.GetInstanceId()), MaxNameLength)
+	}
+	if spec.GetSessionTimeoutMs() <= 0 {
+		return nil, Errorf(CodeInvalidArgument, "session_timeout_ms %d must be positive", spec.GetSessionTimeoutMs())
+	}
+	if spec.GetRebalanceTimeoutMs() <= 0 {
+		return nil, Errorf(CodeInvalidArgument, "rebalance_timeout_ms %d must be positive", spec.GetRebalanceTimeoutMs())
+	}
+	if len(spec.GetProtocols()) == 0 {
+		return nil, Errorf(CodeInvalidArgument, "member %q names no protocols", spec.GetMemberId())
+	}
+	m := &Member{
+		ID:                 spec.GetMemberId(),
+		InstanceID:         spec.GetInstanceId(),
+		ClientID:           spec.GetClientId(),
+		ClientHost:         spec.GetClientHost(),
+		SessionTimeoutMs:   spec.GetSessionTimeoutMs(),
+		RebalanceTimeoutMs: spec.GetRebalanceTimeoutMs(),
+	}
+	for _, p := range spec.GetProtocols() {
+		if err := checkName("protocol name", p.GetName()); err != nil {
+			return nil, err
+		}
+		if m.Supports(p.GetName()) {
+			return nil, Errorf(CodeInvalidArgument, "protocol %q listed twice", p.GetName())
+		}
+		m.Protocols = append(m.Protocols, Protocol{Name: p.GetName(), Metadata: slices.Clone(p.GetMetadata())})
+	}
+	for _, t := range spec.GetTopics() {
+		if err := checkName("subscribed topic", t); err != nil {
+			return nil, err
+		}
+	}
+	m.Topics = slices.Compact(slices.Sorted(slices.Values(spec.GetTopics())))
+	return m, nil
+}
+
+// sameProtocols reports whether two members state the same protocols and
+// subscription (a rejoin that changes nothing needs no rebalance).
+func sameProtocols(a, b *Member) bool {
+	return slices.EqualFunc(a.Protocols, b.Protocols, func(x, y Protocol) bool {
+		return x.Name == y.Name && string(x.Metadata) == string(y.Metadata)
+	}) && slices.Equal(a.Topics, b.Topics)
+}
+
+func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
+	if err := checkName("group_id", c.GetGroupId()); err != nil {
+		return fail(err)
+	}
+	m, perr := memberFromSpec(c.GetMember())
+	if perr == nil {
+		perr = checkServerJoin(c.GetProtocolType(), m)
+	}
+	if perr != nil {
+		return fail(perr)
+	}
+	if c.GetInitialRebalanceDelayMs() < 0 {
+		return fail(Errorf(CodeInvalidArgument, "initial_rebalance_delay_ms %d is negative", c.GetInitialRebalanceDelayMs()))
+	}
+	g, exists := s.groups[c.GetGroupId()]
+	if !exists {
+		g = &Group{ID: c.GetGroupId(), State: Empty, epoch: s.epoch, StateChangedMs: now}
+	}
+
+	old, known, replaced, perr := identifyCaller(g, m, c.GetNewMember())
+	if perr == nil {
+		perr = checkCompatible(g, m, replaced, c.GetProtocolType())
+	}
+	if perr != nil {
+		return fail(perr)
+	}
+
+	// From here on the command is accepted: change a private copy.
+	if exists {
+		g, _ = s.mutableGroup(g.ID)
+	} else {
+		s.groups[g.ID] = g
+	}
+	if g.ProtocolType != c.GetProtocolType() && (g.State == Stable || g.State == CompletingRebalance) {
+		// Only a sole member can switch the type, and the type decides who
+		// assigns (a leader, or the FSM for "server"): rebalance.
+		s.prepareRebalance(now, g)
+	}
+	g.ProtocolType = c.GetProtocolType()
+	res := &ApplyResult{Group: g}
+
+	switch {
+	case replaced != nil:
+		// KIP-345: the static member's new ID takes the old one's place.
+		return s.replaceStatic(now, g, replaced, m, res)
+	case known:
+		changed := !sameProtocols(old, m)
+		switch g.State {
+		case CompletingRebalance:
+			if !changed {
+				return res // the member lost its join answer: answer this generation again
+			}
+			s.updateMember(g, old, m)
+			s.prepareRebalance(now, g)
+		case Stable:
+			if !changed && g.LeaderID != m.ID {
+				return res // a follower's rejoin with nothing new: no rebalance
+			}
+			s.updateMember(g, old, m)
+			s.prepareRebalance(now, g)
+		default: // PreparingRebalance
+			s.updateMember(g, old, m)
+		}
+		s.markJoined(now, g, m.ID)
+	default:
+		s.addMember(g, m)
+		switch g.State {
+		case Empty:
+			s.prepareRebalance(now, g)
+			if d := int64(c.GetInitialRebalanceDelayMs()); d > 0 {
+				g.InitialDelayUntilMs = min(now+d, now+g.RebalanceTimeoutMs())
+			}
+		case PreparingRebalance:
+			if g.InitialDelayUntilMs > 0 {
+				d := int64(c.GetInitialRebalanceDelayMs())
+				g.InitialDelayUntilMs = min(max(g.InitialDelayUntilMs, now+d), g.RebalanceStartedMs+g.RebalanceTimeoutMs())
+			}
+		default:
+			s.prepareRebalance(now, g)
+		}
+		s.markJoined(now, g, m.ID)
+	}
+	s.maybeCompleteJoin(now, g, res)
+	return res
+}
+
+// identifyCaller tells who is joining g: a known member (old, known), a
+// static member's replacement (replaced: the member that held m's instance
+// ID under another member ID), or, when newMember is set, a new member.
+func identifyCaller(g *Group, m *Member, newMember bool) (old *Member, known bool, replaced *Member, perr *ProtocolError) {
+	old, known = g.Member(m.ID)
+	if byInst, ok := g.MemberByInstance(m.InstanceID); ok && byInst.ID != m.ID {
+		if known || !newMember {
+			return nil, false, nil, Errorf(CodeFencedInstanceID, "instance %q belongs to member %q, not %q", m.InstanceID, byInst.ID, m.ID)
+		}
+		replaced = byInst
+	}
+	if known && old.InstanceID != m.InstanceID {
+		return nil, false, nil, Errorf(CodeFencedInstanceID, "member %q has instance_id %q, request says %q", m.ID, old.InstanceID, m.InstanceID)
+	}
+	if !known && replaced == nil && !newMember {
+		return nil, false, nil, Errorf(CodeUnknownMemberID, "member %q is not in group %q", m.ID, g.ID)
+	}
+	return old, known, replaced, nil
+}
+
+// checkCompatible checks that m can share g with every other member
+// (ignoring m itself and replaced): the same protocol type and at least one
+// protocol they all support. A member alone in its group may change both.
+func checkCompatible(g *Group, m, replaced *Member, protocolType string) *ProtocolError {
+	others := 0
+	for _, o := range g.Members {
+		if o.ID == m.ID || (replaced != nil && o.ID == replaced.ID) {
+			continue
+		}
+		others++
+	}
+	if others == 0 {
+		return nil
+	}
+	if g.ProtocolType != protocolType {
+		return Errorf(CodeInconsistentGroupProtocol, "group %q uses protocol type %q, member asks for %q", g.ID, g.ProtocolType, protocolType)
+	}
+	if len(commonProtocols(g, m, replaced)) == 0 {
+		return Errorf(CodeInconsistentGroupProtocol, "member %q shares no protocol with every member of group %q", m.ID, g.ID)
+	}
+	return nil
+}
+
+// commonProtocols lists, in m's order of preference, the protocols that m
+// and every other member (ignoring replaced) support.
+func commonProtocols(g *Group, m, replaced *Member) []string {
+	var out []string
+	for _, p := range m.Protocols {
+		ok := true
+		for _, o := range g.Members {
+			if o.ID == m.ID || (replaced != nil && o.ID == replaced.ID) {
+				continue
+			}
+			if !o.Supports(p.Name) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+func (s *State) addMember(g *Group, m *Member) {
+	g.insertMember(m)
+	s.members++
+}
+
+// updateMember takes the member's new self-description, keeping its
+// round and assignment bookkeeping.
+func (s *State) updateMember(g *Group, old, m *Member) {
+	cur, _ := g.editMemberByID(old.ID)
+	cur.ClientID, cur.ClientHost = m.ClientID, m.ClientHost
+	cur.SessionTimeoutMs, cur.RebalanceTimeoutMs = m.SessionTimeoutMs, m.RebalanceTimeoutMs
+	cur.Protocols, cur.Topics = m.Protocols, m.Topics
+}
+
+func (s *State) markJoined(now int64, g *Group, id string) {
+	if m, _ := g.Member(id); m.Joined {
+		return
+	}
+	m, _ := g.editMemberByID(id)
+	g.NextJoinSeq++
+	m.Joined, m.JoinSeq, m.JoinedAtMs = true, g.NextJoinSeq, now
+}
+
+// replaceStatic swaps a static member's old ID for its new one (KIP-345):
+// in PreparingRebalance it joins the round; otherwise, with unchanged
+// metadata, the generation goes on without a rebalance and the member keeps
+// its assignment.
+func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyResult) *ApplyResult {
+	prev, _ := g.Member(old.ID)
+	m.Assignment, m.Joined, m.JoinSeq, m.JoinedAtMs = prev.Assignment, prev.Joined, prev.JoinSeq, prev.JoinedAtMs
+	g.removeMember(old.ID)
+	g.insertMember(m)
+	if g.LeaderID == old.ID {
+		g.LeaderID = m.ID
+	}
+	if g.State != PreparingRebalance && !sameProtocols(prev, m) {
+		// The restarted instance subscribes differently: its old assignment
+		// no longer fits, so the group rebalances (as Kafka does).
+		s.prepareRebalance(now, g)
+	}
+	if g.State == PreparingRebalance {
+		s.markJoined(now, g, m.ID)
+		s.maybeCompleteJoin(now, g, res)
+	}
+	return res
+}
+
+// prepareRebalance opens the join barrier: every member must rejoin.
+func (s *State) prepareRebalance(now int64, g *Group) {
+	if g.State != PreparingRebalance {
+		g.State = PreparingRebalance
+		g.StateChangedMs = now
+	}
+	g.RebalanceStartedMs = now
+	g.InitialDelayUntilMs = 0
+	g.NextJoinSeq = 0
+	for i, m := range g.Members {
+		if m.Joined || m.JoinSeq != 0 {
+			m = g.editMember(i)
+			m.Joined, m.JoinSeq = false, 0
+		}
+	}
+}
+
+// maybeCompleteJoin closes the barrier when every member has joined and no
+// initial delay is pending.
+func (s *State) maybeCompleteJoin(now int64, g *Group, res *ApplyResult) {
+	if g.State != PreparingRebalance || !g.AllJoined() {
+		return
+	}
+	if g.InitialDelayUntilMs > now {
+		return
+	}
+	res.ServerAssignment = s.completeJoin(now, g)
+	res.JoinCompleted = true
+}
+
+func (s *State) completeJoinCmd(now int64, c *fsmv1.CompleteJoin) *ApplyResult {
+	if err := checkName("group_id", c.GetGroupId()); err != nil {
+		return fail(err)
+	}
+	g, ok := s.groups[c.GetGroupId()]
+	if !ok {
+		return fail(Errorf(CodeStaleCommand, "group %q does not exist", c.GetGroupId()))
+	}
+	if g.State != PreparingRebalance || g.Generation != c.GetGeneration() {
+		return &ApplyResult{Group: g, Err: Errorf(CodeStaleCommand, "group %q is %s at generation %d, not rebalancing generation %d", g.ID, g.State, g.Generation, c.GetGeneration())}
+	}
+	if c.GetInitialDelay() && (g.InitialDelayUntilMs == 0 || g.InitialDelayUntilMs > now) {
+		return &ApplyResult{Group: g, Err: Errorf(CodeStaleCommand, "group %q initial delay runs until %d, now is %d", g.ID, g.InitialDelayUntilMs, now)}
+	}
+	g, _ = s.mutableGroup(g.ID)
+	sa := s.completeJoin(now, g)
+	return &ApplyResult{Group: g, JoinCompleted: true, ServerAssignment: sa}
+}
+
+// completeJoin ends the join phase: members that did not rejoin are dropped
+// (static members are kept), the generation is bumped, the protocol is voted
+// and the leader chosen. A server-side group gets its plan computed here
+// and goes straight to Stable (serverassign.go); its report is returned.
+func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
+	prev := previousAssignments(g)
+	kept := g.Members[:0:0]
+	for _, m := range g.Members {
+		if m.Joined || m.InstanceID != "" {
+			kept = append(kept, m)
+		} else {
+			s.members--
+		}
+	}
+	g.Members = kept
+	g.Generation++
+	g.InitialDelayUntilMs = 0
+	g.StateChangedMs = now
+	for i := range g.Members {
+		g.editMember(i).Assignment = Assignment{}
+	}
+	if len(g.Members) == 0 {
+		g.State, g.LeaderID, g.Protocol = Empty, "", ""
+		return nil
+	}
+	order := g.JoinOrder()
+	g.Protocol = voteProtocol(order)
+	if l, ok := g.Member(g.LeaderID); !ok || !l.Joined {
+		g.LeaderID = order[0].ID
+	}
+	g.State = CompletingRebalance
+	if prev != nil {
+		return s.assignServerSide(now, g, prev)
+	}
+	return nil
+}
+
+// voteProtocol picks the protocol every member supports: each member votes
+// for the first of those in its own preference order; most votes wins, ties
+// go to the protocol voted for earliest in join order.
+func voteProtocol(order []*Member) string {
+	first := order[0]
+	var candidates []string
+	for _, p := range first.Protocols {
+		if !slices.ContainsFunc(order, func(m *Member) bool { return !m.Supports(p.Name) }) {
+			candidates = append(candidates, p.Name)
+		}
+	}
+	if len(candidates) == 0 {
+		// Unreachable while joins are checked for a common protocol; fall
+		// back to the first member's preference rather than fail the apply.
+		return first.Protocols[0].Name
+	}
+	votes := map[string]int{}
+	var seen []string
+	for _, m := range order {
+		for _, p := range m.Protocols {
+			if slices.Contains(candidates, p.Name) {
+				if votes[p.Name] == 0 {
+					seen = append(seen, p.Name)
+				}
+				votes[p.Name]++
+				break
+			}
+		}
+	}
+	best := seen[0]
+	for _, name := range seen[1:] {
+		if votes[name] > votes[best] {
+			best = name
+		}
+	}
+	return best
+}
+
+func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
+	if err := checkName("group_id", c.GetGroupId()); err != nil {
+		return fail(err)
+	}
+	if len(c.GetMembers()) == 0 {
+		return fail(Errorf(CodeInvalidArgument, "remove names no members"))
+	}
+	g, exists := s.groups[c.GetGroupId()]
+	res := &ApplyResult{Members: make([]MemberResult, len(c.GetMembers()))}
+	var doomed []string
+	for i, ref := range c.GetMembers() {
+		r := MemberResult{MemberID: ref.GetMemberId(), InstanceID: ref.GetInstanceId()}
+		r.Err = checkRemove(g, exists, ref)
+		if r.Err == nil {
+			id := ref.GetMemberId()
+			if id == "" {
+				m, _ := g.MemberByInstance(ref.GetInstanceId())
+				id = m.ID
+				r.MemberID = id
+			}
+			if !slices.Contains(doomed, id) {
+				doomed = append(doomed, id)
+			}
+		}
+		res.Members[i] = r
+	}
+	if len(doomed) == 0 {
+		res.Group = g
+		return res
+	}
+	g, _ = s.mutableGroup(g.ID)
+	for _, id := range doomed {
+		g.removeMember(id)
+		s.members--
+	}
+	s.afterRemoval(now, g, res)
+	res.Group = g
+	return res
+}
+
+// checkRemove decides whether one member may be removed: an error value of
+// type *ProtocolError, or nil.
+func checkRemove(g *Group, exists bool, ref *fsmv1.MemberRef) error {
+	if ref.GetMemberId() == "" && ref.GetInstanceId() == "" {
+		return Errorf(CodeInvalidArgument, "member names neither member_id nor instance_id")
+	}
+	if !exists {
+		return Errorf(CodeUnknownMemberID, "group does not exist")
+	}
+	if ref.GetMemberId() == "" {
+		if _, ok := g.MemberByInstance(ref.GetInstanceId()); !ok {
+			return Errorf(CodeUnknownMemberID, "no member has instance_id %q", ref.GetInstanceId())
+		}
+		return nil
+	}
+	m, ok := g.Member(ref.GetMemberId())
+	if !ok {
+		return Errorf(CodeUnknownMemberID, "member %q is not in group %q", ref.GetMemberId(), g.ID)
+	}
+	if ref.GetInstanceId() != "" && m.InstanceID != ref.GetInstanceId() {
+		return Errorf(CodeFencedInstanceID, "member %q has instance_id %q, request says %q", m.ID, m.InstanceID, ref.GetInstanceId())
+	}
+	return nil
+}
+
+// afterRemoval moves the group on once members are gone.
+func (s *State) afterRemoval(now int64, g *Group, res *ApplyResult) {
+	if len(g.Members) == 0 {
+		g.Generation++
+		g.State, g.LeaderID, g.Protocol = Empty, "", ""
+		g.InitialDelayUntilMs = 0
+		g.StateChangedMs = now
+		return
+	}
+	if _, ok := g.Member(g.LeaderID); !ok && g.State == PreparingRebalance {
+		g.LeaderID = "" // a new leader is chosen when the barrier closes
+	}
+	switch g.State {
+	case Stable, CompletingRebalance:
+		s.prepareRebalance(now, g)
+	case PreparingRebalance:
+		s.maybeCompleteJoin(now, g, res)
+	}
+}
