@@ -19,6 +19,7 @@ import (
 
 	"github.com/cohortlabs/cohort/coordinator"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/server"
 )
@@ -247,18 +248,9 @@ func (c *Cluster) Restart(i int) {
 	c.start(n, lis)
 }
 
-// WaitFor polls cond until it holds or timeout passes.
+// WaitFor polls cond until it holds or timeout passes: proc.WaitFor, the
+// tree's one polling wait, under the name the in-process tests know.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, detail)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	proc.WaitFor(t, timeout, what, cond)
 }
