@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold:
@@ -21,7 +23,7 @@ func Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(
 	if ap := st.GetAutopilot(); !ap.GetEnabled() || !ap.GetCleanupDeadServers() || ap.GetMinQuorum() != 3 || ap.GetDeadServerThresholdMs() != threshold.Milliseconds() {
 		t.Fatalf("status does not show the autopilot configuration: %v", ap)
 	}
-	waitFor(t, 10*time.Second, "autopilot's view in status", func() (bool, string) {
+	proc.WaitFor(t, 10*time.Second, "autopilot's view in status", func() (bool, string) {
 		st, err := c.status()
 		if err != nil {
 			return false, err.Error()
@@ -33,24 +35,32 @@ func Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(
 	// stabilisation time after it starts on a new leader (it has no
 	// history yet); past that, a new server must earn it.
 	leader := st.GetLeaderId()
-	waitFor(t, 10*time.Second, "autopilot running on the leader for the stabilization time", func() (bool, string) {
-		started := autopilotStart(c.nodes[leader].out.String())
+	proc.WaitFor(t, 10*time.Second, "autopilot running on the leader for the stabilization time", func() (bool, string) {
+		started := logTime(c.nodes[leader].out.String(), `msg="autopilot started"`)
 		return !started.IsZero() && time.Since(started) > stabilization+200*time.Millisecond, "started at " + started.String()
 	})
 	c.start("n4", "--join", strings.Join(c.grpcAddrs("n1", "n2", "n3"), ","))
+	// The bound runs from the add itself, which the leader logs, not from
+	// when a poll here first saw n4: that may be later by a poll and a
+	// Status call, and would shorten what is measured.
 	var added time.Time
-	waitFor(t, 20*time.Second, "n4 added as a non-voter", func() (bool, string) {
+	proc.WaitFor(t, 20*time.Second, "n4 added as a non-voter", func() (bool, string) {
 		st, err := c.status()
 		if err != nil {
 			return false, err.Error()
 		}
-		s := server(st, "n4")
-		if s != nil && added.IsZero() {
-			added = time.Now()
+		if server(st, "n4") == nil {
+			return false, describe(st)
 		}
-		return s != nil, describe(st)
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if at := logTime(c.nodes[id].out.String(), `msg="added non-voter"`, "server=n4 "); !at.IsZero() {
+				added = at
+				return true, ""
+			}
+		}
+		return false, "n4 is in the configuration, but no node logged adding it yet"
 	})
-	waitFor(t, 30*time.Second, "n4 promoted by autopilot", func() (bool, string) {
+	proc.WaitFor(t, 30*time.Second, "n4 promoted by autopilot", func() (bool, string) {
 		st, err := c.status()
 		if err != nil {
 			return false, err.Error()
@@ -62,14 +72,14 @@ func Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(
 		t.Fatalf("n4 promoted %s after it was added, before the stabilization time %s", d, stabilization)
 	}
 	if out := c.nodes["n4"].out.String(); strings.Contains(out, "promoted to voter") || !strings.Contains(out, "autopilot_promotes=true") {
-		t.Fatalf("n4 should leave its promotion to autopilot:\n%s", tail(out, 20))
+		t.Fatalf("n4 should leave its promotion to autopilot:\n%s", proc.Tail(out, 20))
 	}
 	c.waitVoters("n1", "n2", "n3", "n4")
 
 	// A dead voter goes after the threshold.
 	c.kill("n4")
 	killed := time.Now()
-	waitFor(t, 30*time.Second, "n4 removed by autopilot", func() (bool, string) {
+	proc.WaitFor(t, 30*time.Second, "n4 removed by autopilot", func() (bool, string) {
 		st, err := c.status()
 		if err != nil {
 			return false, err.Error()
@@ -93,11 +103,12 @@ func Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(
 	}
 }
 
-// autopilotStart finds when autopilot last started in a node's log.
-func autopilotStart(log string) time.Time {
+// logTime is the time of the last line of a node's log that contains every
+// one of parts (zero if none does).
+func logTime(log string, parts ...string) time.Time {
 	var at time.Time
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `msg="autopilot started"`) {
+		if !containsAll(line, parts) {
 			continue
 		}
 		if ts, ok := strings.CutPrefix(strings.Fields(line)[0], "time="); ok {
@@ -107,4 +118,13 @@ func autopilotStart(log string) time.Time {
 		}
 	}
 	return at
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

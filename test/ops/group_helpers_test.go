@@ -11,6 +11,7 @@ import (
 
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -216,7 +217,7 @@ func fetchOffsets(endpoints []string, group string) (map[int32]int64, error) {
 func (g *groupLoad) waitStable(endpoints []string, partitions int) int32 {
 	g.t.Helper()
 	var gen int32
-	waitFor(g.t, 60*time.Second, "group "+g.group+" stable with every running member", func() (bool, string) {
+	proc.WaitFor(g.t, 60*time.Second, "group "+g.group+" stable with every running member", func() (bool, string) {
 		d, err := describeGroup(endpoints, g.group)
 		if err != nil {
 			return false, err.Error()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // Test_Process_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits: two
@@ -32,10 +34,10 @@ func Test_Process_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits(t *testing.T
 	if gen1 <= gen0 {
 		t.Fatalf("generation %d after m3 joined, was %d", gen1, gen0)
 	}
-	waitFor(t, 10*time.Second, "n4 and n5 each joined as a non-voter and were promoted", func() (bool, string) {
+	proc.WaitFor(t, 10*time.Second, "n4 and n5 each joined as a non-voter and were promoted", func() (bool, string) {
 		logs := c.nodes["n4"].out.String() + c.nodes["n5"].out.String()
 		return strings.Count(logs, "asked the cluster to add this node as a non-voter") == 2 &&
-			strings.Count(logs, "joined the cluster as a voter") == 2, tail(logs, 30)
+			strings.Count(logs, "joined the cluster as a voter") == 2, proc.Tail(logs, 30)
 	})
 
 	load.stop("m1") // another rebalance while it shrinks
@@ -137,7 +139,7 @@ func Test_Process_TransferLeadership_MembersKeepSessionsAndGeneration(t *testing
 		if !strings.Contains(out, "to "+target) {
 			t.Fatalf("transfer-leader %s: %q", target, out)
 		}
-		waitFor(t, 10*time.Second, "leader "+target, func() (bool, string) {
+		proc.WaitFor(t, 10*time.Second, "leader "+target, func() (bool, string) {
 			st, err := c.status()
 			if err != nil {
 				return false, err.Error()

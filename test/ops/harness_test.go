@@ -3,13 +3,13 @@ package ops
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -30,22 +31,15 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "cohort-ops-bin-")
+	var builds proc.Builds
+	bins, err := builds.Build(context.Background(), "github.com/cohortlabs/cohort/cmd/cohortd", "github.com/cohortlabs/cohort/cmd/cohortctl")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cohortdBin, cohortctlBin = filepath.Join(dir, "cohortd"), filepath.Join(dir, "cohortctl")
-	for bin, pkg := range map[string]string{cohortdBin: "../../cmd/cohortd", cohortctlBin: "../../cmd/cohortctl"} {
-		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
+	cohortdBin, cohortctlBin = bins[0], bins[1]
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = builds.Close()
 	os.Exit(code)
 }
 
@@ -55,18 +49,19 @@ var fastRaft = []string{
 	"--initial-rebalance-delay", "0", "--shutdown-timeout", "5s",
 }
 
-// node is one cohortd process.
+// node is one cohortd, across restarts.
 type node struct {
 	id                   string
 	dir                  string
 	raft, grpcAddr, http string
 	args                 []string
 
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
-	err  error
+	out  *proc.Log     // every start's output
+	proc *proc.Process // the latest start; nil before the first
 }
+
+// running reports whether the node's process was started and has not exited.
+func (n *node) running() bool { return n.proc != nil && !n.proc.Exited() }
 
 // cluster is a set of cohortd processes of one test.
 type cluster struct {
@@ -79,21 +74,10 @@ type cluster struct {
 	order []string
 }
 
+// newCluster makes an empty cluster; every process it starts is killed,
+// and its output shown if the test failed, by t.Cleanup.
 func newCluster(t *testing.T, common ...string) *cluster {
-	c := &cluster{t: t, common: append(append([]string{}, fastRaft...), common...), nodes: map[string]*node{}}
-	t.Cleanup(func() {
-		for _, id := range c.order {
-			n := c.nodes[id]
-			if n.cmd != nil && !n.exited() {
-				_ = n.cmd.Process.Kill()
-				<-n.done
-			}
-			if t.Failed() {
-				t.Logf("---- %s output ----\n%s", id, tail(n.out.String(), 60))
-			}
-		}
-	})
-	return c
+	return &cluster{t: t, common: append(append([]string{}, fastRaft...), common...), nodes: map[string]*node{}}
 }
 
 // form starts n nodes n1..nN that bootstrap together and waits for a leader.
@@ -117,7 +101,10 @@ func (c *cluster) alloc(id string) *node {
 	if n, ok := c.nodes[id]; ok {
 		return n
 	}
-	n := &node{id: id, dir: filepath.Join(c.t.TempDir(), id), raft: freeAddr(c.t), grpcAddr: freeAddr(c.t), http: freeAddr(c.t), out: &syncBuffer{}}
+	ports := proc.PortsT(c.t, 3)
+	n := &node{id: id, dir: filepath.Join(c.t.TempDir(), id), out: proc.NewLog(proc.DefaultKeep),
+		raft: proc.LoopbackAddr(ports[0]), grpcAddr: proc.LoopbackAddr(ports[1]), http: proc.LoopbackAddr(ports[2])}
+	proc.DumpOnFailure(c.t, id, n.out, 60)
 	c.nodes[id] = n
 	c.order = append(c.order, id)
 	return n
@@ -127,57 +114,39 @@ func (c *cluster) alloc(id string) *node {
 func (c *cluster) start(id string, args ...string) *node {
 	c.t.Helper()
 	n := c.alloc(id)
-	if n.cmd != nil && !n.exited() {
+	if n.running() {
 		c.t.Fatalf("start %s: already running", id)
 	}
 	all := append([]string{"--node-id", id, "--data-dir", n.dir, "--raft-addr", n.raft, "--grpc-addr", n.grpcAddr, "--http-addr", n.http}, c.common...)
 	all = append(all, args...)
 	n.args = all
-	fmt.Fprintf(n.out, "==== start %s %s\n", id, strings.Join(all, " "))
-	cmd := exec.Command(cohortdBin, all...)
-	cmd.Stdout, cmd.Stderr = n.out, n.out
-	cmd.Env = cleanEnv()
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("start %s: %v", id, err)
-	}
-	n.cmd, n.done = cmd, make(chan struct{})
-	go func() {
-		n.err = cmd.Wait()
-		close(n.done)
-	}()
+	n.proc = proc.StartT(c.t, proc.Spec{Name: id, Path: cohortdBin, Args: all, Env: cleanEnv(), Log: n.out})
 	return n
-}
-
-func (n *node) exited() bool {
-	select {
-	case <-n.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // kill stops a node like a crash.
 func (c *cluster) kill(id string) {
 	c.t.Helper()
-	n := c.nodes[id]
-	_ = n.cmd.Process.Kill()
-	<-n.done
+	if err := c.nodes[id].proc.Kill(); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
+// signal sends a node's process a signal; SIGSTOP and SIGCONT pause and
+// resume it.
 func (c *cluster) signal(id string, sig syscall.Signal) {
 	c.t.Helper()
-	if err := c.nodes[id].cmd.Process.Signal(sig); err != nil {
-		c.t.Fatalf("signal %s %v: %v", id, sig, err)
+	if err := c.nodes[id].proc.Signal(sig); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
 // waitExit waits for a node's process to exit on its own.
 func (c *cluster) waitExit(id string, within time.Duration) {
 	c.t.Helper()
-	select {
-	case <-c.nodes[id].done:
-	case <-time.After(within):
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := c.nodes[id].proc.Wait(ctx); errors.Is(err, proc.ErrRunning) {
 		c.t.Fatalf("%s did not exit within %s", id, within)
 	}
 }
@@ -194,7 +163,7 @@ func (c *cluster) grpcAddrs(ids ...string) []string {
 func (c *cluster) live() []string {
 	var out []string
 	for _, id := range c.order {
-		if n := c.nodes[id]; n.cmd != nil && !n.exited() {
+		if n := c.nodes[id]; n.running() {
 			out = append(out, n.grpcAddr)
 		}
 	}
@@ -293,10 +262,10 @@ func describe(st *cohortv1.StatusResponse) string {
 func (c *cluster) waitVoters(ids ...string) *cohortv1.StatusResponse {
 	c.t.Helper()
 	var st *cohortv1.StatusResponse
-	waitFor(c.t, 60*time.Second, fmt.Sprintf("voters exactly %v, all healthy", ids), func() (bool, string) {
+	proc.WaitFor(c.t, 60*time.Second, fmt.Sprintf("voters exactly %v, all healthy", ids), func() (bool, string) {
 		for _, id := range ids {
-			if n := c.nodes[id]; n.cmd != nil && n.exited() {
-				c.t.Fatalf("%s exited unexpectedly (%v):\n%s", id, n.err, tail(n.out.String(), 20))
+			if n := c.nodes[id]; n.proc != nil && n.proc.Exited() {
+				c.t.Fatalf("%s exited unexpectedly (%v):\n%s", id, n.proc.Err(), n.out.Tail(20))
 			}
 		}
 		var err error
@@ -308,7 +277,7 @@ func (c *cluster) waitVoters(ids ...string) *cohortv1.StatusResponse {
 			return false, describe(st)
 		}
 		for _, s := range st.GetServers() {
-			if !s.GetVoter() || !s.GetHealthy() || !contains(ids, s.GetNodeId()) {
+			if !s.GetVoter() || !s.GetHealthy() || !slices.Contains(ids, s.GetNodeId()) {
 				return false, describe(st)
 			}
 		}
@@ -327,62 +296,6 @@ func server(st *cohortv1.StatusResponse, id string) *cohortv1.ServerStatus {
 	return nil
 }
 
-// waitFor polls cond every 50ms until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	var last string
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", within, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-var (
-	portsMu sync.Mutex
-	used    = map[int]bool{}
-)
-
-// freeAddr picks a free loopback port below the kernel's ephemeral range
-// (32768 and up on Linux), so that no outgoing connection of this or
-// another process takes it between the check and cohortd's listen.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		p := 20000 + rand.IntN(12000)
-		if used[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		used[p] = true
-		return l.Addr().String()
-	}
-	t.Fatalf("no free port found")
-	return ""
-}
-
 // cleanEnv is the environment without COHORT_* variables, so that the
 // developer's settings do not leak into the processes.
 func cleanEnv() []string {
@@ -393,30 +306,4 @@ func cleanEnv() []string {
 		}
 	}
 	return out
-}
-
-func tail(s string, lines int) string {
-	parts := strings.Split(s, "\n")
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return strings.Join(parts, "\n")
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

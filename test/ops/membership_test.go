@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // Test_Process_PromoteLaggingNode_RefusedWithLag: a non-voter that is
@@ -18,7 +20,7 @@ func Test_Process_PromoteLaggingNode_RefusedWithLag(t *testing.T) {
 	c := newCluster(t, "--promote-max-lag", "5")
 	c.form(3)
 	c.start("n4", "--join", strings.Join(c.grpcAddrs("n1", "n2", "n3"), ","), "--join-as-nonvoter")
-	waitFor(t, 30*time.Second, "n4 a healthy non-voter", func() (bool, string) {
+	proc.WaitFor(t, 30*time.Second, "n4 a healthy non-voter", func() (bool, string) {
 		st, err := c.status()
 		if err != nil {
 			return false, err.Error()
@@ -32,7 +34,7 @@ func Test_Process_PromoteLaggingNode_RefusedWithLag(t *testing.T) {
 	frozen := true
 	t.Cleanup(func() {
 		if frozen {
-			_ = c.nodes["n4"].cmd.Process.Signal(syscall.SIGCONT)
+			_ = c.nodes["n4"].proc.Resume()
 		}
 	})
 	endpoints := strings.Join(c.grpcAddrs("n1", "n2", "n3"), ",")
@@ -66,7 +68,7 @@ func Test_Process_PromoteLaggingNode_RefusedWithLag(t *testing.T) {
 	// Caught up again, it is promoted; promoting again is a no-op.
 	c.signal("n4", syscall.SIGCONT)
 	frozen = false
-	waitFor(t, 30*time.Second, "promote n4 accepted", func() (bool, string) {
+	proc.WaitFor(t, 30*time.Second, "promote n4 accepted", func() (bool, string) {
 		r := c.ctl("cluster", "promote", "n4")
 		return r.code == 0, r.String()
 	})
@@ -97,7 +99,7 @@ func Test_Process_BadRequests_ClearErrorsNothingChanges(t *testing.T) {
 	// n3 dies: removing n2 would leave n1 and the dead n3, one healthy voter of two.
 	c.kill("n3")
 	var r ctlResult
-	waitFor(t, 20*time.Second, "removal of n2 refused for lack of a healthy quorum", func() (bool, string) {
+	proc.WaitFor(t, 20*time.Second, "removal of n2 refused for lack of a healthy quorum", func() (bool, string) {
 		r = c.ctl("cluster", "remove", "n2")
 		return r.code != 0 && strings.Contains(r.stderr, "only 1 are healthy"), r.String()
 	})

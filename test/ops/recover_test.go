@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // Test_Process_LoseQuorumAndRecover_SurvivorCarriesOn: two of three nodes
@@ -18,7 +20,7 @@ func Test_Process_LoseQuorumAndRecover_SurvivorCarriesOn(t *testing.T) {
 	createTopics(t, c.grpcAddrs("n1", "n2", "n3"), "t", 5)
 	c.kill("n2")
 	c.kill("n3")
-	waitFor(t, 10*time.Second, "the survivor to report no leader", func() (bool, string) {
+	proc.WaitFor(t, 10*time.Second, "the survivor to report no leader", func() (bool, string) {
 		r := runCtl(t, c.nodes["n1"].grpcAddr, "cluster", "health")
 		return r.code != 0 && strings.Contains(r.stdout+r.stderr, "no raft leader"), r.String()
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,7 +27,7 @@ func Test_Process_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter(t *testing
 	createTopics(t, c.grpcAddrs("n1", "n2", "n3"), "t", 40)
 	st := c.waitVoters("n1", "n2", "n3")
 	leader := st.GetLeaderId()
-	waitFor(t, 20*time.Second, "a snapshot on the leader", func() (bool, string) {
+	proc.WaitFor(t, 20*time.Second, "a snapshot on the leader", func() (bool, string) {
 		m, _ := filepath.Glob(filepath.Join(c.nodes[leader].dir, "raft", "snapshots", "*", "state.bin"))
 		return len(m) > 0, "no snapshot yet"
 	})
@@ -54,7 +55,7 @@ func Test_Process_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter(t *testing
 	if !strings.Contains(c.nodes[victim].out.String(), "Installed remote snapshot") {
 		t.Fatalf("%s caught up without a snapshot install", victim)
 	}
-	waitFor(t, 10*time.Second, victim+" has every topic", func() (bool, string) {
+	proc.WaitFor(t, 10*time.Second, victim+" has every topic", func() (bool, string) {
 		n, err := countTopics(c.nodes[victim].grpcAddr)
 		return err == nil && n == 40, fmt.Sprintf("%d topics, err %v", n, err)
 	})
@@ -71,7 +72,7 @@ func createTopics(t *testing.T, endpoints []string, prefix string, n int) {
 	for i := range n {
 		// Retried: right after formation a node may not know the
 		// leader's gRPC address yet (Unavailable).
-		waitFor(t, 10*time.Second, fmt.Sprintf("create topic %s%d", prefix, i), func() (bool, string) {
+		proc.WaitFor(t, 10*time.Second, fmt.Sprintf("create topic %s%d", prefix, i), func() (bool, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_, err := tc.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: fmt.Sprintf("%s%d", prefix, i), Partitions: 3})
@@ -113,7 +114,7 @@ func Test_Process_RemoveAndReaddRepeatedly_BecomesVoterEachTime(t *testing.T) {
 		c.waitVoters("n1", "n2")
 		c.start("n3", "--join", strings.Join(c.grpcAddrs("n1", "n2"), ","))
 		c.waitVoters("n1", "n2", "n3")
-		waitFor(t, 10*time.Second, "n3 logs that it joined as a voter", func() (bool, string) {
+		proc.WaitFor(t, 10*time.Second, "n3 logs that it joined as a voter", func() (bool, string) {
 			return strings.Count(c.nodes["n3"].out.String(), "joined the cluster as a voter") == round+1, "not yet"
 		})
 		if strings.Contains(c.nodes["n3"].out.String(), "removed from the cluster; shutting down") {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -30,7 +31,7 @@ func readState(t *testing.T, endpoint string, groups ...string) clusterState {
 	t.Helper()
 	var s clusterState
 	var err error
-	waitFor(t, 10*time.Second, "state via "+endpoint, func() (bool, string) {
+	proc.WaitFor(t, 10*time.Second, "state via "+endpoint, func() (bool, string) {
 		s, err = tryReadState(endpoint, groups...)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -92,7 +93,7 @@ func Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 	load.add("s1", true)
 	load.add("s2", true)
 	load.waitStable(endpointsA, 6)
-	waitFor(t, 10*time.Second, "some commits", func() (bool, string) {
+	proc.WaitFor(t, 10*time.Second, "some commits", func() (bool, string) {
 		o, err := fetchOffsets(endpointsA, "billing")
 		return err == nil && len(o) == 6, "not every partition committed yet"
 	})
@@ -177,7 +178,7 @@ func Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 	// Every node of B has A's state, and B keeps working (forwarding
 	// reaches the right leader).
 	for _, addr := range endpointsB {
-		waitFor(t, 20*time.Second, "restored state on "+addr, func() (bool, string) {
+		proc.WaitFor(t, 20*time.Second, "restored state on "+addr, func() (bool, string) {
 			n, err := countTopics(addr)
 			return err == nil && n == 2, "not yet"
 		})
