@@ -2,6 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"slices"
 	"time"
 
@@ -429,4 +432,15 @@ func assignmentToAPI(a fsm.Assignment) *cohortv1.Assignment {
 		out.Topics = append(out.Topics, &cohortv1.TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
 	}
 	return out
+}
+
+// newMemberID makes a member ID the way Kafka does: client ID and a random
+// suffix.
+func newMemberID(clientID string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	if clientID == "" {
+		clientID = "member"
+	}
+	return fmt.Sprintf("%s-%s", clientID, hex.EncodeToString(b[:]))
 }

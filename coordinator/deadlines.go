@@ -1,0 +1,195 @@
+package coordinator
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// deadlines of one group's rebalance, leader-local.
+type rebalanceTimer struct {
+	generation int32
+	at         time.Time // rebalance timeout
+	delayAt    time.Time // end of the initial delay; zero if none
+	firing     bool      // a CompleteJoin is in flight
+}
+
+// sessionDeadline is when m's session expires if nothing is heard from it
+// after now.
+func sessionDeadline(now time.Time, m *fsm.Member) time.Time {
+	return now.Add(time.Duration(m.SessionTimeoutMs) * time.Millisecond)
+}
+
+// touchSessionLocked restarts member's session: it was heard from at now.
+func (e *Engine) touchSessionLocked(group, member string, g *fsm.Group, now time.Time) {
+	if m, ok := g.Member(member); ok {
+		e.sessions[memberKey{group, member}] = sessionDeadline(now, m)
+	}
+}
+
+// tickLoop turns passed deadlines into commands for one leadership epoch.
+func (e *Engine) tickLoop(ctx context.Context, epoch uint64) {
+	t := time.NewTicker(e.cfg.Tick)
+	defer t.Stop()
+	retention := time.NewTicker(e.cfg.OffsetsRetentionCheckInterval)
+	defer retention.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !e.inEpoch(epoch) {
+				return
+			}
+			e.tick(ctx, epoch)
+		case <-retention.C:
+			if !e.inEpoch(epoch) {
+				return
+			}
+			e.expireOffsets(ctx)
+		}
+	}
+}
+
+// tick checks every deadline once and proposes what has passed.
+func (e *Engine) tick(ctx context.Context, epoch uint64) {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	if e.epoch != epoch || !e.serving {
+		e.mu.Unlock()
+		return
+	}
+	e.prunePendingLocked(now)
+	expired := e.expiredSessionsLocked(now)
+	completions := e.dueCompletionsLocked(now)
+	e.mu.Unlock()
+
+	for _, x := range expired {
+		go e.expire(ctx, x.group, x.members)
+	}
+	for _, c := range completions {
+		go e.completeJoin(ctx, c.group, c.generation, c.initialDelay)
+	}
+}
+
+// prunePendingLocked forgets the member IDs handed out with
+// MEMBER_ID_REQUIRED whose holder did not join within its session timeout.
+func (e *Engine) prunePendingLocked(now time.Time) {
+	for k, at := range e.pending {
+		if now.After(at) {
+			delete(e.pending, k)
+		}
+	}
+}
+
+// sessionExpiry is one group's members whose sessions passed.
+type sessionExpiry struct {
+	group   string
+	members []string // sorted
+}
+
+// expiredSessionsLocked is where session timeouts are decided: a member
+// whose deadline (last sign of life + its session timeout) has passed, that
+// is not already being removed and is not parked at a barrier (a parked
+// member is waiting on the group, not silent), expires. The members returned
+// are marked expiring until their RemoveMembers is applied or refused.
+// Groups come sorted by ID.
+func (e *Engine) expiredSessionsLocked(now time.Time) []sessionExpiry {
+	byGroup := map[string][]string{}
+	for k, at := range e.sessions {
+		if now.After(at) && !e.expiring[k] && !e.hasWaiterLocked(k.group, k.member) {
+			e.expiring[k] = true
+			byGroup[k.group] = append(byGroup[k.group], k.member)
+		}
+	}
+	out := make([]sessionExpiry, 0, len(byGroup))
+	for _, group := range slices.Sorted(maps.Keys(byGroup)) {
+		members := byGroup[group]
+		slices.Sort(members)
+		out = append(out, sessionExpiry{group: group, members: members})
+	}
+	return out
+}
+
+// joinCompletion is a join phase whose rebalance timeout or initial delay
+// has passed.
+type joinCompletion struct {
+	group        string
+	generation   int32
+	initialDelay bool
+}
+
+// dueCompletionsLocked marks and returns the join phases to complete.
+func (e *Engine) dueCompletionsLocked(now time.Time) []joinCompletion {
+	var out []joinCompletion
+	for id, t := range e.rebalances {
+		if t.firing {
+			continue
+		}
+		switch {
+		case now.After(t.at):
+			t.firing = true
+			out = append(out, joinCompletion{id, t.generation, false})
+		case !t.delayAt.IsZero() && !now.Before(t.delayAt):
+			t.firing = true
+			out = append(out, joinCompletion{id, t.generation, true})
+		}
+	}
+	return out
+}
+
+// expire proposes the removal of members whose sessions passed.
+func (e *Engine) expire(ctx context.Context, group string, members []string) {
+	cmd := &fsmv1.RemoveMembers{GroupId: group, Reason: fsmv1.RemoveReason_REMOVE_REASON_SESSION_EXPIRED}
+	for _, m := range members {
+		cmd.Members = append(cmd.Members, &fsmv1.MemberRef{MemberId: m})
+	}
+	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
+	defer cancel()
+	res, err := e.propose(actx, &fsmv1.Command{Kind: &fsmv1.Command_RemoveMembers{RemoveMembers: cmd}})
+	e.mu.Lock()
+	for _, m := range members {
+		delete(e.expiring, memberKey{group, m})
+	}
+	e.mu.Unlock()
+	if err != nil {
+		e.log.Warn("session expiry not applied", "group", group, "members", members, "err", err)
+		return
+	}
+	removed := 0
+	for _, r := range res.Members {
+		if r.Err == nil {
+			removed++
+		}
+	}
+	e.m.expirations.Add(float64(removed))
+	e.log.Info("members expired", "group", group, "members", members, "removed", removed)
+}
+
+// completeJoin proposes the end of a join phase on timeout or initial delay.
+func (e *Engine) completeJoin(ctx context.Context, group string, generation int32, initialDelay bool) {
+	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
+	defer cancel()
+	res, err := e.propose(actx, &fsmv1.Command{Kind: &fsmv1.Command_CompleteJoin{CompleteJoin: &fsmv1.CompleteJoin{
+		GroupId: group, Generation: generation, InitialDelay: initialDelay,
+	}}})
+	e.mu.Lock()
+	if t := e.rebalances[group]; t != nil && t.generation == generation {
+		t.firing = false
+	}
+	e.mu.Unlock()
+	switch {
+	case err != nil:
+		e.log.Warn("join completion not applied", "group", group, "generation", generation, "err", err)
+	case res.Err == nil:
+		why := "rebalance timeout"
+		if initialDelay {
+			why = "initial delay over"
+		}
+		e.log.Info("join phase completed", "group", group, "generation", res.Group.Generation, "members", len(res.Group.Members), "why", why)
+	}
+}

@@ -1,0 +1,114 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"github.com/cohortlabs/cohort/raftnode"
+)
+
+// propose applies a command through Raft and lets the engine see its result.
+func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	res, err := e.raft.Apply(ctx, cmd)
+	if err != nil {
+		switch {
+		case errors.Is(err, raftnode.ErrNotLeader):
+			return nil, fsm.Errorf(fsm.CodeNotLeader, "%v", err)
+		case errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrShutdown):
+			return nil, fsm.Errorf(fsm.CodeNotLeader, "%v; the outcome is unknown, retry on the new leader", err)
+		}
+		return nil, err
+	}
+	e.observe(res, cmd)
+	return res, nil
+}
+
+// observe brings the leader-local state in line with the FSM after an apply.
+func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
+	e.logServerAssignment(res)
+	if res.JoinCompleted && res.Group != nil {
+		e.m.rebalances.Inc()
+		e.m.rebalanceSeconds.Observe(float64(cmd.GetTimestampMs()-res.Group.RebalanceStartedMs) / 1000)
+	}
+	var ids []string
+	switch c := cmd.GetKind().(type) {
+	case *fsmv1.Command_CommitOffsets:
+		return // commits change no member, state or deadline
+	case *fsmv1.Command_Batch:
+		for i, sub := range c.Batch.GetCommands() {
+			if i < len(res.Batch) {
+				e.observe(res.Batch[i], sub)
+			}
+		}
+		return
+	case *fsmv1.Command_DeleteTopic, *fsmv1.Command_AddPartitions, *fsmv1.Command_ExpireOffsets:
+		e.fsm.Read(func(s *fsm.State) {
+			for _, g := range s.Groups() {
+				ids = append(ids, g.ID)
+			}
+		})
+		e.mu.Lock()
+		ids = append(ids, slices.Collect(maps.Keys(e.waiters))...)
+		e.mu.Unlock()
+	case *fsmv1.Command_DeleteGroups:
+		ids = c.DeleteGroups.GetGroupIds()
+	default:
+		if res.Group != nil {
+			ids = []string{res.Group.ID}
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.serving {
+		return
+	}
+	now := e.cfg.Now()
+	for _, id := range ids {
+		g, _ := e.fsm.Group(id)
+		e.reconcileLocked(id, g, now, false)
+	}
+}
+
+// reconcileLocked re-derives one group's deadlines from the FSM's view of it
+// and answers the parked calls whose barrier has passed. fresh re-arms every
+// deadline from now (a new leader).
+func (e *Engine) reconcileLocked(id string, g *fsm.Group, now time.Time, fresh bool) {
+	live := map[string]*fsm.Member{}
+	if g != nil {
+		for _, m := range g.Members {
+			live[m.ID] = m
+			k := memberKey{id, m.ID}
+			if _, ok := e.sessions[k]; !ok || fresh {
+				e.sessions[k] = sessionDeadline(now, m)
+			}
+		}
+	}
+	for k := range e.sessions {
+		if k.group == id && live[k.member] == nil {
+			delete(e.sessions, k)
+			delete(e.expiring, k)
+		}
+	}
+	if g != nil && g.State == fsm.PreparingRebalance {
+		t := e.rebalances[id]
+		if t == nil || t.generation != g.Generation {
+			t = &rebalanceTimer{generation: g.Generation, at: now.Add(time.Duration(g.RebalanceTimeoutMs()) * time.Millisecond)}
+			e.rebalances[id] = t
+		}
+		t.delayAt = time.Time{}
+		if g.InitialDelayUntilMs > 0 {
+			t.delayAt = time.UnixMilli(g.InitialDelayUntilMs)
+		}
+	} else {
+		delete(e.rebalances, id)
+	}
+	e.answerLocked(id, g, now)
+}
