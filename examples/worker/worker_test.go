@@ -1,30 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
-	"github.com/cohortlabs/cohort/internal/testcluster"
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // Test_Process_Worker_JoinsCommitsAndLeavesOnSIGINT runs the README's first
 // consumer the way a newcomer does: `make run` (scripts/run-cluster.sh with
-// a built cohortd, on free ports instead of 9001-9003), then the worker
+// a built cohortd, on reserved ports instead of 9001-9003), then the worker
 // binary creating its topic. The worker must print its assignment, commit
 // offsets the cluster then serves back, and on SIGINT exit 0 having left the
 // group: the group is Empty right after the exit, long before the 10 s
@@ -40,35 +36,46 @@ func Test_Process_Worker_JoinsCommitsAndLeavesOnSIGINT(t *testing.T) {
 		}
 		t.Skip("bash not found: ", err)
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	var builds proc.Builds
+	t.Cleanup(func() { _ = builds.Close() })
+	bins, err := builds.Build(context.Background(), "github.com/cohortlabs/cohort/cmd/cohortd", "github.com/cohortlabs/cohort/examples/worker")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/cohortd", "./examples/worker")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build cohortd and worker: %v\n%s", err, out)
+	cohortd, worker := bins[0], bins[1]
+	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "run-cluster.sh"))
+	if err != nil {
+		t.Fatal(err)
 	}
 
-	raftBase, grpcBase, httpBase := freePortRuns(t, 3)
-	cluster := exec.Command(bash, filepath.Join(root, "scripts", "run-cluster.sh"), filepath.Join(dir, "cohortd"), filepath.Join(dir, "data"))
-	cluster.Env = append(os.Environ(),
-		fmt.Sprintf("COHORT_RAFT_PORT_BASE=%d", raftBase),
-		fmt.Sprintf("COHORT_GRPC_PORT_BASE=%d", grpcBase),
-		fmt.Sprintf("COHORT_HTTP_PORT_BASE=%d", httpBase),
-	)
-	clusterProc := start(t, "run-cluster.sh", cluster)
-	endpoints := fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", grpcBase, grpcBase+1, grpcBase+2)
+	raftBase, grpcBase, httpBase := proc.PortRunT(t, 3), proc.PortRunT(t, 3), proc.PortRunT(t, 3)
+	cluster := proc.StartT(t, proc.Spec{
+		Name: "run-cluster.sh", Path: bash, Args: []string{script, cohortd, filepath.Join(t.TempDir(), "data")},
+		Env: append(os.Environ(),
+			fmt.Sprintf("COHORT_RAFT_PORT_BASE=%d", raftBase),
+			fmt.Sprintf("COHORT_GRPC_PORT_BASE=%d", grpcBase),
+			fmt.Sprintf("COHORT_HTTP_PORT_BASE=%d", httpBase),
+		),
+		OwnGroup: true, // a SIGKILL at cleanup reaches the nodes too
+	})
+	// Before StartT's kill: the script stops its nodes cleanly on SIGTERM.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(ctx); err != nil {
+			t.Errorf("stop run-cluster.sh: %v", err)
+		}
+	})
+	endpoints := fmt.Sprintf("%s,%s,%s", proc.LoopbackAddr(grpcBase), proc.LoopbackAddr(grpcBase+1), proc.LoopbackAddr(grpcBase+2))
 
 	conn, err := client.Dial(client.ConnConfig{Endpoints: strings.Split(endpoints, ",")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	testcluster.WaitFor(t, 60*time.Second, "the cluster to serve", func() (bool, string) {
-		if clusterProc.hasExited() {
-			t.Fatalf("run-cluster.sh exited early:\n%s", clusterProc.out.String())
+	proc.WaitFor(t, 60*time.Second, "the cluster to serve", func() (bool, string) {
+		if cluster.Exited() {
+			t.Fatalf("run-cluster.sh exited early: %v", cluster.Err())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -76,11 +83,12 @@ func Test_Process_Worker_JoinsCommitsAndLeavesOnSIGINT(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 
-	worker := start(t, "worker", exec.Command(filepath.Join(dir, "worker"),
+	w := proc.StartT(t, proc.Spec{Name: "worker", Path: worker, Args: []string{
 		"--endpoints", endpoints, "--group", "g", "--topic", "t",
-		"--create-topic-partitions", "4", "--commit-interval", "200ms"))
-	waitOutput(t, worker, `generation \d+: assigned t/0 t/1 t/2 t/3 \(4 partitions\)`)
-	committed := waitOutput(t, worker, `generation \d+: committed t/0=(\d+) t/1=(\d+) t/2=(\d+) t/3=(\d+)`)
+		"--create-topic-partitions", "4", "--commit-interval", "200ms",
+	}})
+	waitOutput(t, w, `generation \d+: assigned t/0 t/1 t/2 t/3 \(4 partitions\)`)
+	committed := waitOutput(t, w, `generation \d+: committed t/0=(\d+) t/1=(\d+) t/2=(\d+) t/3=(\d+)`)
 
 	// The cluster serves what the worker said it committed (or more: it
 	// keeps committing).
@@ -104,26 +112,23 @@ func Test_Process_Worker_JoinsCommitsAndLeavesOnSIGINT(t *testing.T) {
 		t.Fatalf("group g while the worker runs: state %s, members %v; want Stable with the worker", g.GetState(), g.GetMembers())
 	}
 
-	if err := worker.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatalf("SIGINT worker: %v", err)
+	if err := w.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case <-worker.exited:
-		if worker.err != nil {
-			t.Fatalf("worker after SIGINT: %v, want exit 0\n%s", worker.err, worker.out.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("worker did not exit within 20s of SIGINT\n%s", worker.out.String())
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelWait()
+	if err := w.Wait(waitCtx); err != nil {
+		t.Fatalf("worker after SIGINT: %v, want exit 0", err)
 	}
-	if !strings.Contains(worker.out.String(), "left group g") {
-		t.Fatalf("worker did not report leaving:\n%s", worker.out.String())
+	if !strings.Contains(w.Log().String(), "left group g") {
+		t.Fatalf("worker did not report leaving:\n%s", w.Log().String())
 	}
 	// A linearizable read right after the exit: only a LeaveGroup explains
 	// an empty group this soon.
 	if g := describe(t, conn); g.GetState() != "Empty" || len(g.GetMembers()) != 0 {
 		t.Fatalf("group g after the worker exited: state %s, %d members; want Empty (the member left)", g.GetState(), len(g.GetMembers()))
 	}
-	t.Logf("worker output:\n%s", worker.out.String())
+	t.Logf("worker output:\n%s", w.Log().String())
 }
 
 func describe(t *testing.T, conn *client.Conn) *cohortv1.GroupDescription {
@@ -137,121 +142,18 @@ func describe(t *testing.T, conn *client.Conn) *cohortv1.GroupDescription {
 	return resp.GetGroups()[0]
 }
 
-// waitOutput waits for a line of p's output matching pattern and returns
-// the match and its submatches.
-func waitOutput(t *testing.T, p *process, pattern string) []string {
+// waitOutput waits for p's output to match pattern and returns the match
+// and its submatches.
+func waitOutput(t *testing.T, p *proc.Process, pattern string) []string {
 	t.Helper()
 	re := regexp.MustCompile(pattern)
 	var m []string
-	testcluster.WaitFor(t, 30*time.Second, fmt.Sprintf("%s output /%s/", p.name, pattern), func() (bool, string) {
-		if p.hasExited() {
-			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.out.String())
+	proc.WaitFor(t, 30*time.Second, fmt.Sprintf("%s output /%s/", p.Name(), pattern), func() (bool, string) {
+		if p.Exited() {
+			t.Fatalf("%s exited: %v", p.Name(), p.Err())
 		}
-		m = re.FindStringSubmatch(p.out.String())
-		return m != nil, "output so far:\n" + p.out.String()
+		m = re.FindStringSubmatch(p.Log().String())
+		return m != nil, "last lines: " + p.Log().Tail(3)
 	})
 	return m
-}
-
-// process is a started command with its combined output.
-type process struct {
-	name   string
-	cmd    *exec.Cmd
-	out    syncBuffer
-	exited chan struct{} // closed once Wait returned; err is then set
-	err    error
-}
-
-func (p *process) hasExited() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// start runs cmd in its own process group. Cleanup sends the group SIGTERM
-// (run-cluster.sh then stops its nodes cleanly), SIGKILL after 30 s, and
-// waits for the exit, so the test's directories are free when removed.
-func start(t *testing.T, name string, cmd *exec.Cmd) *process {
-	t.Helper()
-	p := &process{name: name, cmd: cmd, exited: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &p.out, &p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		pgid := cmd.Process.Pid
-		if !p.hasExited() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(30 * time.Second):
-			t.Errorf("%s did not stop within 30s of SIGTERM; killing it", name)
-		}
-		// The group may outlive its leader (the nodes of a killed script).
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-p.exited
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.out.String())
-		}
-	})
-	return p
-}
-
-// freePortRuns finds three bases, each starting n consecutive free ports on
-// 127.0.0.1 (run-cluster.sh numbers node ports base, base+1, ...), below
-// Linux's ephemeral range so no outgoing connection takes them meanwhile.
-func freePortRuns(t *testing.T, n int) (raft, grpc, http int) {
-	t.Helper()
-	var bases []int
-	used := map[int]bool{}
-	for tries := 0; len(bases) < 3 && tries < 200; tries++ {
-		base := 20000 + rand.IntN(12000)
-		free := true
-		for p := base; p < base+n && free; p++ {
-			free = !used[p] && portFree(p)
-		}
-		if free {
-			for p := base; p < base+n; p++ {
-				used[p] = true
-			}
-			bases = append(bases, base)
-		}
-	}
-	if len(bases) < 3 {
-		t.Fatalf("no three runs of %d free ports found", n)
-	}
-	return bases[0], bases[1], bases[2]
-}
-
-func portFree(p int) bool {
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-	if err != nil {
-		return false
-	}
-	return l.Close() == nil
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's two output streams and
-// the test reading them.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
