@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -68,7 +69,7 @@ func Test_Config_Validation_NamesTheField(t *testing.T) {
 func Test_Error_FromStatusAndCode(t *testing.T) {
 	err := fromStatus(protoErr(codes.FailedPrecondition, "MEMBER_ID_REQUIRED", map[string]string{"member_id": "m-7"}))
 	var e *Error
-	if !errors.As(err, &e) || !errors.Is(err, ErrMemberIDRequired) || e.Metadata["member_id"] != "m-7" || e.Code != codes.FailedPrecondition {
+	if !errors.As(err, &e) || !errors.Is(err, ErrMemberIDRequired) || e.Metadata["member_id"] != "m-7" || e.Code != errcode.MemberIDRequired || e.GRPCCode != codes.FailedPrecondition {
 		t.Fatalf("ErrorInfo not parsed: %#v", err)
 	}
 	if status.Code(err) != codes.FailedPrecondition {

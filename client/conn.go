@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -197,12 +198,16 @@ func giveUp(method string, attempts int, ctxErr, lastErr error) error {
 }
 
 // retryable reports whether a failed attempt may be sent again unchanged.
+// A protocol refusal is, exactly when its code is retriable (errcode: a
+// leadership change in transit); a refusal this client has no code for is
+// not. Without a protocol code, the gRPC transport decides: the node could
+// not be reached or did not answer in time, which says nothing about the
+// request, so another node may take it.
 func retryable(err error) bool {
-	if r := Reason(err); r != "" {
-		switch r {
-		case ErrNotLeader.Reason, ErrCoordinatorNotAvailable.Reason, ErrNotCoordinator.Reason:
-			return true
-		}
+	if c := errcode.Of(err); c != errcode.Unknown {
+		return c.Retriable()
+	}
+	if errorInfoReason(err) != "" {
 		return false
 	}
 	switch status.Code(err) {

@@ -9,8 +9,9 @@
 // generation) on the next endpoint or on the leader the cluster names in its
 // `cohort-leader` header; the server makes those retries idempotent.
 //
-// What it must never do: depend on anything but gen/ (and the assignors);
-// retry a request the server refused for a protocol reason; call the
-// OnAssigned / OnRevoked callbacks from more than one goroutine or out of
-// order; wait on anything without a context.
+// What it must never do: depend on anything but gen/, errcode (the protocol
+// error codes, shared with the server) and the assignors; retry a request
+// the server refused for a protocol reason that errcode does not call
+// retriable; call the OnAssigned / OnRevoked callbacks from more than one
+// goroutine or out of order; wait on anything without a context.
 package client

@@ -10,19 +10,22 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/errcode/wire"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 // Error is a protocol error from the coordinator: a whole request refused
 // (from the google.rpc.ErrorInfo reason of the gRPC status) or one item of a
 // request (from a per-item ErrorCode). Compare with errors.Is against the
-// sentinels below, which match on Reason alone.
+// sentinels below (errcode's), which match on Code alone, or switch on
+// errcode.Of(err).
 type Error struct {
-	// Reason is the protocol error name, e.g. "UNKNOWN_MEMBER_ID".
-	Reason string
-	// Code is the gRPC status code the error came with (codes.OK for a
+	// Code is the protocol error, e.g. errcode.UnknownMemberID.
+	Code errcode.Code
+	// GRPCCode is the gRPC status code the error came with (codes.OK for a
 	// per-item error).
-	Code codes.Code
+	GRPCCode codes.Code
 	// Message is the server's human-readable explanation.
 	Message string
 	// Metadata is the ErrorInfo metadata (MEMBER_ID_REQUIRED carries
@@ -31,47 +34,54 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	// The server's messages usually start with the reason already.
-	msg := strings.TrimPrefix(strings.TrimPrefix(e.Message, e.Reason), ": ")
+	// The server's messages usually start with the name already.
+	name := e.Code.String()
+	msg := strings.TrimPrefix(strings.TrimPrefix(e.Message, name), ": ")
 	if msg == "" {
-		return "cohort: " + e.Reason
+		return "cohort: " + name
 	}
-	return "cohort: " + e.Reason + ": " + msg
+	return "cohort: " + name + ": " + msg
 }
 
-// Is reports whether target is an *Error with the same Reason.
+// ErrorCode returns e.Code: errcode.Of and errcode.IsRetriable see it.
+func (e *Error) ErrorCode() errcode.Code { return e.Code }
+
+// Is reports whether target carries the same protocol code: one of the
+// sentinels below, another *Error, or a server-side errcode.ProtocolError.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Reason == e.Reason
+	t, ok := target.(errcode.Coder)
+	return ok && t.ErrorCode() == e.Code
 }
 
 // GRPCStatus lets status.FromError and status.Code see through an *Error.
 func (e *Error) GRPCStatus() *status.Status {
-	if e.Code == codes.OK {
+	if e.GRPCCode == codes.OK {
 		return status.New(codes.Unknown, e.Error())
 	}
-	return status.New(e.Code, e.Message)
+	return status.New(e.GRPCCode, e.Message)
 }
 
-// Protocol errors a caller can test with errors.Is.
+// Protocol errors a caller can test with errors.Is: errcode's sentinels,
+// named here so a consumer needs only this package.
 var (
-	ErrMemberIDRequired          = &Error{Reason: "MEMBER_ID_REQUIRED"}
-	ErrUnknownMemberID           = &Error{Reason: "UNKNOWN_MEMBER_ID"}
-	ErrIllegalGeneration         = &Error{Reason: "ILLEGAL_GENERATION"}
-	ErrRebalanceInProgress       = &Error{Reason: "REBALANCE_IN_PROGRESS"}
-	ErrFencedInstanceID          = &Error{Reason: "FENCED_INSTANCE_ID"}
-	ErrInconsistentGroupProtocol = &Error{Reason: "INCONSISTENT_GROUP_PROTOCOL"}
-	ErrInvalidSessionTimeout     = &Error{Reason: "INVALID_SESSION_TIMEOUT"}
-	ErrGroupMaxSizeReached       = &Error{Reason: "GROUP_MAX_SIZE_REACHED"}
-	ErrInvalidAssignment         = &Error{Reason: "INVALID_ASSIGNMENT"}
-	ErrNotLeader                 = &Error{Reason: "NOT_LEADER"}
-	ErrCoordinatorNotAvailable   = &Error{Reason: "COORDINATOR_NOT_AVAILABLE"}
-	ErrNotCoordinator            = &Error{Reason: "NOT_COORDINATOR"}
-	ErrInvalidArgument           = &Error{Reason: "INVALID_ARGUMENT"}
-	ErrNotOwner                  = &Error{Reason: "NOT_OWNER"}
-	ErrUnknownTopicOrPartition   = &Error{Reason: "UNKNOWN_TOPIC_OR_PARTITION"}
-	ErrGroupIDNotFound           = &Error{Reason: "GROUP_ID_NOT_FOUND"}
-	ErrNonEmptyGroup             = &Error{Reason: "NON_EMPTY_GROUP"}
+	ErrMemberIDRequired          = errcode.ErrMemberIDRequired
+	ErrUnknownMemberID           = errcode.ErrUnknownMemberID
+	ErrIllegalGeneration         = errcode.ErrIllegalGeneration
+	ErrRebalanceInProgress       = errcode.ErrRebalanceInProgress
+	ErrFencedInstanceID          = errcode.ErrFencedInstanceID
+	ErrInconsistentGroupProtocol = errcode.ErrInconsistentGroupProtocol
+	ErrInvalidSessionTimeout     = errcode.ErrInvalidSessionTimeout
+	ErrGroupMaxSizeReached       = errcode.ErrGroupMaxSizeReached
+	ErrInvalidAssignment         = errcode.ErrInvalidAssignment
+	ErrNotLeader                 = errcode.ErrNotLeader
+	ErrCoordinatorNotAvailable   = errcode.ErrCoordinatorNotAvailable
+	ErrNotCoordinator            = errcode.ErrNotCoordinator
+	ErrInvalidArgument           = errcode.ErrInvalidArgument
+	ErrNotOwner                  = errcode.ErrNotOwner
+	ErrUnknownTopicOrPartition   = errcode.ErrUnknownTopicOrPartition
+	ErrTopicAlreadyExists        = errcode.ErrTopicAlreadyExists
+	ErrGroupIDNotFound           = errcode.ErrGroupIDNotFound
+	ErrNonEmptyGroup             = errcode.ErrNonEmptyGroup
 )
 
 // Errors of the client itself.
@@ -84,19 +94,35 @@ var (
 	ErrAlreadyRunning = errors.New("cohort: member already running")
 )
 
-// Reason returns the protocol error name carried by err ("" if none):
-// from an *Error of this package, or from the google.rpc.ErrorInfo of a raw
-// gRPC status (calls made with the generated clients directly).
+// Reason returns the protocol error name carried by err ("" if none): the
+// name of its errcode (from an *Error of this package, an ErrorInfo of a raw
+// gRPC status from the generated clients, or any errcode.Coder), or the raw
+// ErrorInfo reason when this client does not know the code.
 func Reason(err error) string {
-	var e *Error
-	if errors.As(fromStatus(err), &e) {
-		return e.Reason
+	if c := errcode.Of(fromStatus(err)); c != errcode.None && c != errcode.Unknown {
+		return c.String()
+	}
+	return errorInfoReason(err)
+}
+
+// errorInfoReason is the ErrorInfo reason of a gRPC status error, "" when
+// it has none.
+func errorInfoReason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
 	}
 	return ""
 }
 
 // fromStatus turns a gRPC error into an *Error when it carries an ErrorInfo
-// (or is InvalidArgument); any other error is returned unchanged.
+// with a reason this client knows (or is InvalidArgument); any other error
+// is returned unchanged.
 func fromStatus(err error) error {
 	if err == nil {
 		return nil
@@ -111,21 +137,28 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() != "" {
-			return &Error{Reason: info.GetReason(), Code: st.Code(), Message: st.Message(), Metadata: info.GetMetadata()}
+			if c, ok := errcode.ByName(info.GetReason()); ok {
+				return &Error{Code: c, GRPCCode: st.Code(), Message: st.Message(), Metadata: info.GetMetadata()}
+			}
+			return err
 		}
 	}
 	if st.Code() == codes.InvalidArgument {
-		return &Error{Reason: ErrInvalidArgument.Reason, Code: st.Code(), Message: st.Message()}
+		return &Error{Code: errcode.InvalidArgument, GRPCCode: st.Code(), Message: st.Message()}
 	}
 	return err
 }
 
 // fromCode turns a per-item ErrorCode into an *Error (nil for NONE).
 func fromCode(c cohortv1.ErrorCode, msg string) error {
-	if c == cohortv1.ErrorCode_ERROR_CODE_NONE {
+	code, ok := wire.FromEnum(c)
+	switch {
+	case !ok:
+		return fmt.Errorf("cohort: error code %d (unknown to this client): %s", int32(c), msg)
+	case code == errcode.None:
 		return nil
 	}
-	return &Error{Reason: strings.TrimPrefix(c.String(), "ERROR_CODE_"), Message: msg}
+	return &Error{Code: code, Message: msg}
 }
 
 // CommitError reports the partitions of a commit the coordinator refused;

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cohortlabs/cohort/assign"
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -370,7 +371,7 @@ func (m *Member) join(ctx context.Context) (*cohortv1.JoinGroupResponse, error) 
 			return resp, nil
 		}
 		var perr *Error
-		if !errors.As(err, &perr) || perr.Reason != ErrMemberIDRequired.Reason {
+		if !errors.As(err, &perr) || perr.Code != errcode.MemberIDRequired {
 			return nil, fmt.Errorf("cohort: join group %q as %q: %w", m.cfg.GroupID, req.MemberId, err)
 		}
 		id := perr.Metadata["member_id"]
@@ -607,15 +608,27 @@ func (m *Member) forgetMemberID() {
 	}
 }
 
-// fatal reports whether err ends the member: retrying cannot help.
+// fatal reports whether err ends the member: neither resending the request
+// nor rejoining can help. A retriable protocol code never is; of the others,
+// the member recovers from those about its membership or generation
+// (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
+// INVALID_ASSIGNMENT, ...) by rejoining, and only the codes below say its
+// configuration or identity is refused for good. Without a protocol code,
+// the gRPC status says whether the call itself was wrong.
 func fatal(err error) bool {
-	if r := Reason(err); r != "" {
-		switch r {
-		case ErrFencedInstanceID.Reason, ErrInconsistentGroupProtocol.Reason, ErrInvalidSessionTimeout.Reason,
-			ErrGroupMaxSizeReached.Reason, ErrInvalidArgument.Reason:
+	if c := errcode.Of(fromStatus(err)); c != errcode.Unknown {
+		if c.Retriable() {
+			return false
+		}
+		switch c {
+		case errcode.FencedInstanceID, errcode.InconsistentGroupProtocol, errcode.InvalidSessionTimeout,
+			errcode.GroupMaxSizeReached, errcode.InvalidArgument:
 			return true
 		}
 		return false
+	}
+	if errorInfoReason(err) != "" {
+		return false // a refusal this client has no code for: rejoin and see
 	}
 	if errors.Is(err, ErrClosed) {
 		return true
