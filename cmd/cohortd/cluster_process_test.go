@@ -1,23 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -38,44 +34,28 @@ func Test_Process_RunCluster_FormsOneClusterAndStopsCleanly(t *testing.T) {
 		t.Skip("bash not found: ", err)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "cohortd")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build cohortd: %v\n%s", err, out)
-	}
+	bin := cohortdBinary(t)
 	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "run-cluster.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	raftBase, grpcBase, httpBase := freePortRuns(t, 3)
-	var out syncBuffer
-	cmd := exec.Command(bash, script, bin, filepath.Join(dir, "data"))
-	cmd.Env = append(os.Environ(),
-		fmt.Sprintf("COHORT_RAFT_PORT_BASE=%d", raftBase),
-		fmt.Sprintf("COHORT_GRPC_PORT_BASE=%d", grpcBase),
-		fmt.Sprintf("COHORT_HTTP_PORT_BASE=%d", httpBase),
-	)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// Own process group, so a failed test can kill the nodes too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start run-cluster.sh: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if t.Failed() {
-			t.Logf("cluster output:\n%s", out.String())
-		}
+	raftBase, grpcBase, httpBase := proc.PortRunT(t, 3), proc.PortRunT(t, 3), proc.PortRunT(t, 3)
+	// Own process group, so that the cleanup kills the nodes too.
+	cluster := proc.StartT(t, proc.Spec{Name: "run-cluster.sh", Path: bash, Args: []string{script, bin, filepath.Join(dir, "data")},
+		Env: append(os.Environ(),
+			fmt.Sprintf("COHORT_RAFT_PORT_BASE=%d", raftBase),
+			fmt.Sprintf("COHORT_GRPC_PORT_BASE=%d", grpcBase),
+			fmt.Sprintf("COHORT_HTTP_PORT_BASE=%d", httpBase),
+		),
+		OwnGroup: true,
 	})
 
 	grpcAddrs := make([]string, 3)
 	httpAddrs := make([]string, 3)
 	for i := range 3 {
-		grpcAddrs[i] = fmt.Sprintf("127.0.0.1:%d", grpcBase+i)
-		httpAddrs[i] = fmt.Sprintf("127.0.0.1:%d", httpBase+i)
+		grpcAddrs[i] = proc.LoopbackAddr(grpcBase + i)
+		httpAddrs[i] = proc.LoopbackAddr(httpBase + i)
 	}
 	clients := make([]cohortv1.ClusterServiceClient, 3)
 	for i, addr := range grpcAddrs {
@@ -87,37 +67,22 @@ func Test_Process_RunCluster_FormsOneClusterAndStopsCleanly(t *testing.T) {
 		clients[i] = cohortv1.NewClusterServiceClient(conn)
 	}
 
-	deadline := time.Now().Add(60 * time.Second)
 	var last string
-	for {
+	proc.WaitFor(t, 60*time.Second, "the cluster to form", func() (bool, string) {
+		if cluster.Exited() {
+			t.Fatalf("run-cluster.sh exited early: %v (last check: %s)", cluster.Err(), last)
+		}
 		ok, detail := clusterFormed(clients, httpAddrs)
-		if ok {
-			break
-		}
 		last = detail
-		select {
-		case err := <-exited:
-			t.Fatalf("run-cluster.sh exited early: %v (last check: %s)", err, last)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster did not form: %s", last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ok, detail
+	})
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM run-cluster.sh: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cluster.Stop(ctx); err != nil {
+		t.Fatalf("run-cluster.sh after SIGTERM: %v, want exit 0", err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("run-cluster.sh after SIGTERM: %v, want exit 0", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("run-cluster.sh did not exit within 60s of SIGTERM")
-	}
-	if n := strings.Count(out.String(), "cohortd stopped cleanly"); n != 3 {
+	if n := strings.Count(cluster.Log().String(), "cohortd stopped cleanly"); n != 3 {
 		t.Fatalf("%d nodes logged a clean stop, want 3", n)
 	}
 }
@@ -180,59 +145,4 @@ func httpGet(ctx context.Context, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// freePortRuns finds three bases, each starting n consecutive free ports
-// on 127.0.0.1 (the script numbers node ports base, base+1, ...).
-func freePortRuns(t *testing.T, n int) (int, int, int) {
-	t.Helper()
-	var bases []int
-	used := map[int]bool{}
-	for tries := 0; len(bases) < 3 && tries < 200; tries++ {
-		base := 20000 + rand.IntN(30000)
-		ok := true
-		for p := base; p < base+n; p++ {
-			if used[p] || !portFree(p) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			for p := base; p < base+n; p++ {
-				used[p] = true
-			}
-			bases = append(bases, base)
-		}
-	}
-	if len(bases) < 3 {
-		t.Fatalf("no free port runs found")
-	}
-	return bases[0], bases[1], bases[2]
-}
-
-func portFree(p int) bool {
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
-}
-
-// syncBuffer is a bytes.Buffer safe for the two output streams of a process.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,43 +3,27 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
-	"github.com/cohortlabs/cohort/internal/testcluster"
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // procNode is one cohortd process of a test cluster.
 type procNode struct {
 	id, grpc, http string
 	args           []string
-	cmd            *exec.Cmd
-	out            *syncBuffer
-	exited         chan error
+	proc           *proc.Process
 }
 
 func (n *procNode) start(t *testing.T, bin string) {
 	t.Helper()
-	n.cmd = exec.Command(bin, n.args...)
-	n.out = &syncBuffer{}
-	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
-	if err := n.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", n.id, err)
-	}
-	n.exited = make(chan error, 1)
-	go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(n.cmd, n.exited)
-}
-
-func (n *procNode) kill9() {
-	_ = n.cmd.Process.Signal(syscall.SIGKILL)
-	<-n.exited
+	n.proc = proc.StartT(t, proc.Spec{Name: n.id, Path: bin, Args: n.args})
 }
 
 // Test_Process_KillLeader_MembersKeepGenerationAndCommits runs three real
@@ -52,35 +36,24 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 		t.Skip("builds and runs the cohortd binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "cohortd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build cohortd: %v\n%s", err, out)
-	}
-	raftBase, grpcBase, httpBase := freePortRuns(t, 3)
+	bin := cohortdBinary(t)
+	ports := proc.PortsT(t, 9)
 	var join []string
 	for i := range 3 {
-		join = append(join, fmt.Sprintf("127.0.0.1:%d", grpcBase+i))
+		join = append(join, proc.LoopbackAddr(ports[3*i]))
 	}
 	nodes := make([]*procNode, 3)
 	for i := range 3 {
-		n := &procNode{id: fmt.Sprintf("node%d", i+1), grpc: join[i], http: fmt.Sprintf("127.0.0.1:%d", httpBase+i)}
+		n := &procNode{id: fmt.Sprintf("node%d", i+1), grpc: join[i], http: proc.LoopbackAddr(ports[3*i+2])}
 		n.args = []string{
 			"--node-id", n.id, "--data-dir", filepath.Join(dir, n.id),
-			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", raftBase+i), "--grpc-addr", n.grpc, "--http-addr", n.http,
+			"--raft-addr", proc.LoopbackAddr(ports[3*i+1]), "--grpc-addr", n.grpc, "--http-addr", n.http,
 			"--bootstrap-expect", "3", "--join", strings.Join(join, ","),
 			"--initial-rebalance-delay", "300ms", "--min-session-timeout", "1s",
 		}
 		n.start(t, bin)
 		nodes[i] = n
 	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			_ = n.cmd.Process.Signal(syscall.SIGKILL)
-			if t.Failed() {
-				t.Logf("%s output:\n%s", n.id, n.out.String())
-			}
-		}
-	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -89,7 +62,7 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	testcluster.WaitFor(t, 30*time.Second, "the cluster to serve", func() (bool, string) {
+	proc.WaitFor(t, 30*time.Second, "the cluster to serve", func() (bool, string) {
 		_, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "orders", Partitions: 6}, client.AttemptTimeout(2*time.Second))
 		return err == nil, fmt.Sprint(err)
 	})
@@ -120,7 +93,7 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 		}
 		return owned == 6, fmt.Sprintf("%d of 6 partitions owned", owned)
 	}
-	testcluster.WaitFor(t, 30*time.Second, "three members sharing one generation", settled)
+	proc.WaitFor(t, 30*time.Second, "three members sharing one generation", settled)
 	gen := members[0].Generation()
 	before := make([][]client.TopicPartition, len(members))
 	want := map[string]int64{}
@@ -146,7 +119,9 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 	if leader < 0 {
 		t.Fatalf("the client knows no leader among %v (it says %q)", join, conn.Leader())
 	}
-	nodes[leader].kill9()
+	if err := nodes[leader].proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	killedAt := time.Now()
 
 	// Commits resume; no member sees a new generation or assignment.
@@ -180,7 +155,7 @@ func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 
 	// The killed node restarts from its data dir and follows.
 	nodes[leader].start(t, bin)
-	testcluster.WaitFor(t, 30*time.Second, "the restarted node to be ready", func() (bool, string) {
+	proc.WaitFor(t, 30*time.Second, "the restarted node to be ready", func() (bool, string) {
 		code, body := httpGet(ctx, "http://"+nodes[leader].http+"/readyz")
 		return code == 200, body
 	})
