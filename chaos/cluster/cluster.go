@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,6 +38,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // Mode is how nodes are isolated.
@@ -80,11 +80,9 @@ type Node struct {
 	LogPath  string
 
 	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	paused  bool
-	starts  int
-	removed bool // taken out of the raft configuration by the nemesis
+	proc    *proc.Process // the latest start; nil before the first
+	log     *proc.Log     // LogPath, across restarts; nil before the first start
+	removed bool          // taken out of the raft configuration by the nemesis
 	// joinOnly: the node lost its data and joins the running cluster
 	// through --join (no --bootstrap-expect), as an operator's fresh node.
 	joinOnly bool
@@ -92,28 +90,21 @@ type Node struct {
 
 // Running reports whether the node's process is alive (paused counts).
 func (n *Node) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.runningLocked()
-}
-
-func (n *Node) runningLocked() bool {
-	if n.cmd == nil {
-		return false
-	}
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
+	p := n.process()
+	return p != nil && !p.Exited()
 }
 
 // Paused reports whether the node is stopped with SIGSTOP.
 func (n *Node) Paused() bool {
+	p := n.process()
+	return p != nil && p.Paused()
+}
+
+// process is the node's latest process, or nil.
+func (n *Node) process() *proc.Process {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.paused
+	return n.proc
 }
 
 // Cluster is a set of cohortd processes and the network between them.
@@ -129,6 +120,7 @@ type Cluster struct {
 	partitioned bool
 	netUp       bool
 	lock        *os.File
+	ports       *proc.Reservation // local mode
 }
 
 // lockInstance takes an exclusive lock on the instance, so that a second
@@ -183,11 +175,10 @@ func New(cfg Config) (*Cluster, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("cluster: log dir: %w", err)
 	}
-	var ports []int
 	if cfg.Mode == ModeLocal {
-		if ports, err = freePorts(3 * cfg.Nodes); err != nil {
+		if c.ports, err = proc.ReservePorts(3 * cfg.Nodes); err != nil {
 			_ = os.RemoveAll(dir)
-			return nil, err
+			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
@@ -200,10 +191,7 @@ func New(cfg Config) (*Cluster, error) {
 			n.RaftAddr, n.GRPCAddr, n.HTTPAddr = n.IP+":7000", n.IP+":9000", n.IP+":8000"
 		case ModeLocal:
 			n.IP = "127.0.0.1"
-			p := ports[3*(i-1):]
-			n.RaftAddr = net.JoinHostPort(n.IP, strconv.Itoa(p[0]))
-			n.GRPCAddr = net.JoinHostPort(n.IP, strconv.Itoa(p[1]))
-			n.HTTPAddr = net.JoinHostPort(n.IP, strconv.Itoa(p[2]))
+			n.RaftAddr, n.GRPCAddr, n.HTTPAddr = c.ports.Addr(3*(i-1)), c.ports.Addr(3*(i-1)+1), c.ports.Addr(3*(i-1)+2)
 		default:
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("cluster: unknown mode %q", cfg.Mode)
@@ -279,99 +267,67 @@ func (c *Cluster) StartAll(ctx context.Context) error {
 func (c *Cluster) Start(n *Node) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.runningLocked() {
+	if n.proc != nil && !n.proc.Exited() {
 		return nil
 	}
 	if err := os.MkdirAll(n.DataDir, 0o755); err != nil {
 		return fmt.Errorf("start %s: %w", n.ID, err)
 	}
-	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("start %s: log: %w", n.ID, err)
+	if n.log == nil {
+		log, err := proc.OpenLog(n.LogPath, 0)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", n.ID, err)
+		}
+		n.log = log
 	}
-	n.starts++
-	fmt.Fprintf(logf, "=== cohort-chaos: start #%d of %s at %s\n", n.starts, n.ID, time.Now().Format(time.RFC3339Nano))
-	var cmd *exec.Cmd
+	spec := proc.Spec{Name: n.ID, Path: c.cfg.Binary, Args: c.args(n), Log: n.log, Logger: c.log,
+		// Own process group: a Ctrl-C to the harness reaches the harness
+		// only, which then stops the nodes itself.
+		OwnGroup: true}
 	if n.NetNS != "" {
-		cmd = exec.Command("ip", append([]string{"netns", "exec", n.NetNS, c.cfg.Binary}, c.args(n)...)...)
-	} else {
-		cmd = exec.Command(c.cfg.Binary, c.args(n)...)
+		spec.Wrapper = []string{"ip", "netns", "exec", n.NetNS}
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group (a Ctrl-C to the harness reaches the harness only,
-	// which then stops the nodes itself), and killed with the harness if it
-	// dies: no orphaned cohortd survives a crashed run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", n.ID, err)
+	p, err := proc.Start(spec)
+	if err != nil {
+		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		err := cmd.Wait()
-		fmt.Fprintf(logf, "=== cohort-chaos: %s (pid %d) exited: %v\n", n.ID, cmd.Process.Pid, err)
-		logf.Close()
-		close(exited)
-	}()
-	n.cmd, n.exited, n.paused = cmd, exited, false
-	c.log.Debug("node started", "node", n.ID, "pid", cmd.Process.Pid)
+	n.proc = p
 	return nil
 }
 
 // Kill sends SIGKILL and waits for the process to go.
-func (c *Cluster) Kill(n *Node) error { return c.signalAndWait(n, syscall.SIGKILL, 10*time.Second) }
-
-// Stop sends SIGTERM (graceful: a leader hands over first) and waits, then
-// kills what is left.
-func (c *Cluster) Stop(n *Node) error {
-	if err := c.signalAndWait(n, syscall.SIGTERM, 20*time.Second); err != nil {
-		return c.Kill(n)
+func (c *Cluster) Kill(n *Node) error {
+	if !n.Running() {
+		return nil
 	}
-	return nil
+	return n.process().Kill()
 }
 
-func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, wait time.Duration) error {
-	n.mu.Lock()
-	if !n.runningLocked() {
-		n.mu.Unlock()
+// Stop sends SIGTERM (graceful: a leader hands over first) and waits, then
+// kills what is left after 20 s.
+func (c *Cluster) Stop(n *Node) error {
+	if !n.Running() {
 		return nil
 	}
-	pid, exited, paused := n.cmd.Process.Pid, n.exited, n.paused
-	n.mu.Unlock()
-	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %v to %s: %w", sig, n.ID, err)
-	}
-	if paused && sig != syscall.SIGKILL {
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-	}
-	select {
-	case <-exited:
-		n.mu.Lock()
-		n.paused = false
-		n.mu.Unlock()
-		return nil
-	case <-time.After(wait):
-		return fmt.Errorf("%s (pid %d) still running %v after %v", n.ID, pid, wait, sig)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return n.process().Stop(ctx)
 }
 
 // Pause stops the node's process with SIGSTOP.
-func (c *Cluster) Pause(n *Node) error { return c.stopCont(n, syscall.SIGSTOP, true) }
+func (c *Cluster) Pause(n *Node) error { return c.signal(n, syscall.SIGSTOP) }
 
 // Resume continues a paused node with SIGCONT.
-func (c *Cluster) Resume(n *Node) error { return c.stopCont(n, syscall.SIGCONT, false) }
+func (c *Cluster) Resume(n *Node) error { return c.signal(n, syscall.SIGCONT) }
 
-func (c *Cluster) stopCont(n *Node, sig syscall.Signal, paused bool) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.runningLocked() {
-		n.paused = false
+// signal sends sig to a running node; a node that is gone needs none.
+func (c *Cluster) signal(n *Node, sig syscall.Signal) error {
+	if !n.Running() {
 		return nil
 	}
-	if err := syscall.Kill(n.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %v to %s: %w", sig, n.ID, err)
+	if err := n.process().Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
 	}
-	n.paused = paused
 	return nil
 }
 
@@ -461,19 +417,22 @@ func (c *Cluster) WaitLeaderAfterStart(ctx context.Context) (*Node, error) {
 
 // WaitLeader polls until a leader is known and every running node is ready.
 func (c *Cluster) WaitLeader(ctx context.Context) (*Node, error) {
-	for {
-		if l := c.Leader(ctx); l != nil && c.ready(ctx) {
-			return l, nil
+	var leader *Node
+	err := proc.Poll(ctx, 200*time.Millisecond, 0, "a leader and every running node ready", func() (bool, string) {
+		if leader = c.Leader(ctx); leader == nil {
+			return false, "no leader"
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: no leader: %w", ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+		return c.ready(ctx)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	return leader, nil
 }
 
-func (c *Cluster) ready(ctx context.Context) bool {
+// ready reports whether every running node that is not paused or removed
+// answers /readyz with 200, and if not, which does not.
+func (c *Cluster) ready(ctx context.Context) (bool, string) {
 	for _, n := range c.Nodes {
 		if !n.Running() || n.Paused() || n.Removed() {
 			continue
@@ -483,15 +442,15 @@ func (c *Cluster) ready(ctx context.Context) bool {
 		resp, err := http.DefaultClient.Do(req)
 		cancel()
 		if err != nil {
-			return false
+			return false, fmt.Sprintf("%s: %v", n.ID, err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return false
+			return false, fmt.Sprintf("%s: /readyz %d", n.ID, resp.StatusCode)
 		}
 	}
-	return true
+	return true, ""
 }
 
 // HasCtl reports whether membership faults can run (cohortctl given).
@@ -532,6 +491,18 @@ func (c *Cluster) Close() error {
 		})
 	}
 	wg.Wait()
+	for _, n := range c.Nodes {
+		n.mu.Lock()
+		if n.log != nil {
+			if err := n.log.Close(); err != nil {
+				c.log.Warn("node log", "node", n.ID, "err", err)
+			}
+		}
+		n.mu.Unlock()
+	}
+	if c.ports != nil {
+		c.ports.Release()
+	}
 	c.teardownNetwork()
 	defer func() {
 		if c.lock != nil {
@@ -656,23 +627,4 @@ func pidsWithArg(prefix string) []int {
 		}
 	}
 	return out
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("cluster: free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }
