@@ -8,6 +8,7 @@ import (
 )
 
 func TestLookup_KnowsEveryName(t *testing.T) {
+	t.Parallel()
 	for _, name := range Names() {
 		a, err := Lookup(name)
 		if err != nil {
@@ -26,6 +27,7 @@ func TestLookup_KnowsEveryName(t *testing.T) {
 }
 
 func TestNewConsistentHash_ValidatesConfig(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []ConsistentHashConfig{{LoadFactor: 0.9}, {LoadFactor: -1}, {VirtualNodes: -1}, {VirtualNodes: maxVirtualNodes + 1}} {
 		if _, err := NewConsistentHash(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v", cfg, err)
@@ -44,6 +46,7 @@ func TestNewConsistentHash_ValidatesConfig(t *testing.T) {
 }
 
 func TestAssign_RejectsInvalidInput(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		members []Member
 		topics  map[string]int32
@@ -62,6 +65,7 @@ func TestAssign_RejectsInvalidInput(t *testing.T) {
 }
 
 func TestAssign_NoMembers(t *testing.T) {
+	t.Parallel()
 	for _, a := range allAssignors(t) {
 		plan, err := a.Assign(nil, map[string]int32{"t": 3})
 		if err != nil || len(plan.Members) != 0 || plan.NeedsFollowUp() {
@@ -89,6 +93,7 @@ func assignmentOf(t *testing.T, plan Plan, id string) []TopicPartitions {
 
 // The examples of Kafka's RangeAssignor and RoundRobinAssignor javadoc.
 func TestRangeAndRoundRobin_KafkaExamples(t *testing.T) {
+	t.Parallel()
 	two := map[string]int32{"t0": 3, "t1": 3}
 	members := []Member{{ID: "C1", Topics: []string{"t0", "t1"}}, {ID: "C0", Topics: []string{"t1", "t0"}}}
 	plan := mustAssign(t, Range{}, members, two)
@@ -120,6 +125,7 @@ func TestRangeAndRoundRobin_KafkaExamples(t *testing.T) {
 
 // Static members come first in Kafka's order, by instance ID.
 func TestRange_StaticMembersOrderedByInstanceID(t *testing.T) {
+	t.Parallel()
 	plan := mustAssign(t, Range{}, []Member{
 		{ID: "a", Topics: []string{"t"}}, {ID: "z", InstanceID: "i-1", Topics: []string{"t"}},
 	}, map[string]int32{"t": 3})
@@ -129,6 +135,7 @@ func TestRange_StaticMembersOrderedByInstanceID(t *testing.T) {
 }
 
 func TestSticky_ConflictingClaims(t *testing.T) {
+	t.Parallel()
 	topics := map[string]int32{"t": 4}
 	cases := []struct {
 		name    string
@@ -180,6 +187,7 @@ func TestSticky_ConflictingClaims(t *testing.T) {
 // A tie between two live claimants: whoever gets the partition, the other
 // may still be consuming it, so cooperative-sticky withholds it.
 func TestCooperativeSticky_TieIsWithheld(t *testing.T) {
+	t.Parallel()
 	plan := mustAssign(t, CooperativeSticky{}, []Member{
 		{ID: "a", Topics: []string{"t"}, Owned: tps("t", []int32{0, 1}), Generation: 3},
 		{ID: "b", Topics: []string{"t"}, Owned: tps("t", []int32{0}), Generation: 3},
@@ -196,6 +204,7 @@ func TestCooperativeSticky_TieIsWithheld(t *testing.T) {
 // and revoked from their owners, nothing else stops, and the second round
 // hands them to the new member.
 func TestCooperativeSticky_JoinRevokesOnlyMoved(t *testing.T) {
+	t.Parallel()
 	sc := homogeneousScenario("S1", 1, 120, 10)
 	start := sc.rebalance(t, CooperativeSticky{}, sc.start, Plan{}, 0)
 	ids := append(slices.Clone(sc.start), sc.joiner)

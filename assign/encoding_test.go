@@ -12,6 +12,7 @@ import (
 )
 
 func TestEncodeSubscription_Golden(t *testing.T) {
+	t.Parallel()
 	got, err := EncodeSubscription(Subscription{
 		Topics:     []string{"b", "a", "b"},
 		Owned:      []TopicPartitions{{Topic: "b", Partitions: []int32{3, 1}}, {Topic: "a", Partitions: []int32{0}}, {Topic: "b", Partitions: []int32{1}}},
@@ -37,6 +38,7 @@ func TestEncodeSubscription_Golden(t *testing.T) {
 }
 
 func TestEncodeAssignment_Golden(t *testing.T) {
+	t.Parallel()
 	got, err := EncodeAssignment(Assignment{Topics: []TopicPartitions{{"t", []int32{2, 0, 300}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +50,7 @@ func TestEncodeAssignment_Golden(t *testing.T) {
 }
 
 func TestEncode_RefusesInvalid(t *testing.T) {
+	t.Parallel()
 	for name, s := range map[string]Subscription{
 		"empty topic":        {Topics: []string{""}},
 		"long topic":         {Topics: []string{strings.Repeat("x", MaxNameLength+1)}},
@@ -61,6 +64,7 @@ func TestEncode_RefusesInvalid(t *testing.T) {
 }
 
 func TestDecode_RejectsMalformed(t *testing.T) {
+	t.Parallel()
 	valid, _ := EncodeSubscription(Subscription{Topics: []string{"a"}, Owned: []TopicPartitions{{"a", []int32{1}}}, Generation: 1})
 	cases := []struct {
 		name, hex, want string
@@ -99,6 +103,7 @@ func TestDecode_RejectsMalformed(t *testing.T) {
 // A newer client's metadata: version 2 with a field appended. An old
 // coordinator reads the version-1 fields and skips the rest.
 func TestDecodeSubscription_NewerVersionSkipsUnknownFields(t *testing.T) {
+	t.Parallel()
 	data, _ := EncodeSubscription(Subscription{Topics: []string{"a"}, Generation: 3})
 	data[1] = 2
 	data = append(data, 0xde, 0xad)
@@ -112,6 +117,7 @@ func TestDecodeSubscription_NewerVersionSkipsUnknownFields(t *testing.T) {
 }
 
 func TestProperty_Encoding_RoundTrips(t *testing.T) {
+	t.Parallel()
 	name := rapid.StringMatching(`[a-z0-9._-]{1,12}`)
 	tps := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) TopicPartitions {
 		return TopicPartitions{Topic: name.Draw(t, "topic"), Partitions: rapid.SliceOfN(rapid.Int32Range(0, 1<<31-1), 1, 8).Draw(t, "partitions")}
@@ -163,6 +169,7 @@ func canonicalOrNil(tps []TopicPartitions) []TopicPartitions {
 }
 
 func TestDecodeMember_NamesTheMember(t *testing.T) {
+	t.Parallel()
 	_, err := DecodeMember("m-1", "", []byte{0})
 	if err == nil || !strings.Contains(err.Error(), `member "m-1"`) || !errors.Is(err, ErrMalformed) {
 		t.Fatalf("error %v", err)

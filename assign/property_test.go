@@ -154,6 +154,7 @@ func mustAssign(t tester, a Assignor, members []Member, topics map[string]int32)
 // Every assignor: a valid plan, identical bytes under any permutation of
 // the input, and the input left untouched.
 func TestProperty_AllAssignors_ValidAndDeterministic(t *testing.T) {
+	t.Parallel()
 	for _, a := range allAssignors(t) {
 		t.Run(a.Name(), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
@@ -184,6 +185,7 @@ func TestProperty_AllAssignors_ValidAndDeterministic(t *testing.T) {
 // decreasingly-minimal load vector), against an independent min-cost flow on
 // medium ones, and against the closed form with identical subscriptions.
 func TestProperty_Sticky_MatchesBruteForce(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := tiny
 		s.homogeneous = rapid.Bool().Draw(t, "homogeneous")
@@ -201,6 +203,7 @@ func TestProperty_Sticky_MatchesBruteForce(t *testing.T) {
 }
 
 func TestProperty_Sticky_MatchesMinCostFlow(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := medium
 		s.homogeneous = rapid.Bool().Draw(t, "homogeneous")
@@ -214,6 +217,7 @@ func TestProperty_Sticky_MatchesMinCostFlow(t *testing.T) {
 }
 
 func TestProperty_Sticky_Homogeneous_ClosedForm(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := large
 		s.homogeneous = true
@@ -242,6 +246,7 @@ func TestProperty_Sticky_Homogeneous_ClosedForm(t *testing.T) {
 // members join, leave and change subscriptions; the result is still
 // exactly optimal.
 func TestProperty_Sticky_Histories_MatchMinCostFlow(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := medium
 		s.homogeneous = rapid.Bool().Draw(t, "homogeneous")
@@ -298,6 +303,7 @@ func nextGeneration(t *rapid.T, members []Member, plan Plan, gen int32, topics m
 // member claimed minus what it got; and a second round that starts from
 // the first withholds nothing, moves nothing and is still optimal.
 func TestProperty_CooperativeSticky_TwoRounds(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := medium
 		s.homogeneous = rapid.Bool().Draw(t, "homogeneous")
@@ -382,6 +388,7 @@ func checkRevoked(t *rapid.T, members []Member, plan Plan) {
 // Range and roundrobin are Kafka's, checked against a direct transcription
 // of Kafka's RangeAssignor and RoundRobinAssignor.
 func TestProperty_RangeAndRoundRobin_AreKafkas(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := large
 		s.homogeneous = rapid.Bool().Draw(t, "homogeneous")
@@ -464,6 +471,7 @@ func cmpString(a, b string) int {
 // identical subscriptions, always; otherwise when sticky's optimal maximum
 // load is), so that max/avg ≤ c whenever any assignment achieves it.
 func TestProperty_ConsistentHash_BoundedLoads(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		s := large
 		s.homogeneous = rapid.Bool().Draw(t, "homogeneous")

@@ -215,6 +215,7 @@ func allAssignors(tb testing.TB) []Assignor {
 }
 
 func TestScenarioSmoke(t *testing.T) {
+	t.Parallel()
 	for _, sc := range scenarios() {
 		for _, a := range allAssignors(t) {
 			join, leave := sc.run(t, a)
@@ -228,6 +229,7 @@ func TestScenarioSmoke(t *testing.T) {
 // S4's sticky plans, join and leave, cost exactly what the independent
 // min-cost flow says is optimal.
 func TestSticky_S4_IsOptimal(t *testing.T) {
+	t.Parallel()
 	sc := scenarios()[3]
 	join, leave := sc.run(t, Sticky{})
 	for _, st := range []step{leave, join} {

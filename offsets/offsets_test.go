@@ -5,6 +5,7 @@ import (
 )
 
 func TestTable_PutGetDeleteCounts(t *testing.T) {
+	t.Parallel()
 	tb := New()
 	tb.Put("g", Key{"t", 1}, Value{Offset: 5})
 	tb.Put("g", Key{"t", 0}, Value{Offset: 3})
@@ -29,6 +30,7 @@ func TestTable_PutGetDeleteCounts(t *testing.T) {
 }
 
 func TestTable_CloneIsCopyOnWrite(t *testing.T) {
+	t.Parallel()
 	tb := New()
 	tb.Put("g", Key{"t", 0}, Value{Offset: 1})
 	tb.Put("g", Key{"t", 1}, Value{Offset: 1})
@@ -54,6 +56,7 @@ func TestTable_CloneIsCopyOnWrite(t *testing.T) {
 }
 
 func TestExpired_CountsFromLaterOfCommitAndEmpty(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		commit, emptySince, now, retention int64
 		want                               bool
