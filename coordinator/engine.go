@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/cohortlabs/cohort/raftnode"
@@ -20,14 +21,6 @@ type Raft interface {
 	CommitIndex() uint64
 	AppliedIndex() uint64
 }
-
-// Errors for callers that are not protocol errors of the FSM.
-var (
-	// ErrNotLeader: this node does not lead (or stopped leading while the
-	// call was parked). The caller retries on the leader; a write's outcome
-	// may be unknown, and every write is safe to retry.
-	ErrNotLeader = &fsm.ProtocolError{Code: fsm.CodeNotLeader}
-)
 
 type memberKey struct{ group, member string }
 
@@ -154,7 +147,7 @@ func (e *Engine) stepDown(why string) {
 	parked := 0
 	for _, ws := range e.waiters {
 		for _, w := range ws {
-			w.ch <- waitResult{err: fsm.Errorf(fsm.CodeNotLeader, "this node stopped leading (%s); retry on the new leader", why)}
+			w.ch <- waitResult{err: errcode.Errorf(errcode.NotLeader, "this node stopped leading (%s); retry on the new leader", why)}
 			parked++
 		}
 	}
@@ -182,12 +175,12 @@ func (e *Engine) awaitServing(ctx context.Context) error {
 			return nil
 		}
 		if !e.raft.IsLeader() {
-			return fsm.Errorf(fsm.CodeNotLeader, "this node is not the raft leader")
+			return errcode.Errorf(errcode.NotLeader, "this node is not the raft leader")
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return fsm.Errorf(fsm.CodeNotLeader, "leader is still catching up (barrier): %v", ctx.Err())
+			return errcode.Errorf(errcode.NotLeader, "leader is still catching up (barrier): %v", ctx.Err())
 		case <-time.After(e.cfg.Tick):
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/errcode/wire"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
@@ -16,7 +18,7 @@ import (
 // MemberIDRequiredError is MEMBER_ID_REQUIRED with the ID the member must
 // join again with (KIP-394).
 type MemberIDRequiredError struct {
-	*fsm.ProtocolError
+	*errcode.ProtocolError
 	MemberID string
 }
 
@@ -30,7 +32,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	}
 	session := time.Duration(r.GetSessionTimeoutMs()) * time.Millisecond
 	if session < e.cfg.MinSessionTimeout || session > e.cfg.MaxSessionTimeout {
-		return nil, fsm.Errorf(fsm.CodeInvalidSessionTimeout, "session_timeout_ms %d is outside the configured [%d, %d]",
+		return nil, errcode.Errorf(errcode.InvalidSessionTimeout, "session_timeout_ms %d is outside the configured [%d, %d]",
 			r.GetSessionTimeoutMs(), e.cfg.MinSessionTimeout.Milliseconds(), e.cfg.MaxSessionTimeout.Milliseconds())
 	}
 	if r.GetProtocolType() == fsm.ServerProtocolType {
@@ -52,11 +54,11 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 		_, known = g.Member(memberID)
 		if !known && len(g.Members) >= e.cfg.Limits.MaxMembersPerGroup {
 			if _, static := g.MemberByInstance(r.GetInstanceId()); !static {
-				return nil, fsm.Errorf(fsm.CodeGroupMaxSizeReached, "group %q has %d members, the configured maximum", g.ID, len(g.Members))
+				return nil, errcode.Errorf(errcode.GroupMaxSizeReached, "group %q has %d members, the configured maximum", g.ID, len(g.Members))
 			}
 		}
 		if len(g.Members) > 0 && g.ProtocolType != r.GetProtocolType() && !(known && len(g.Members) == 1) {
-			return nil, fsm.Errorf(fsm.CodeInconsistentGroupProtocol, "group %q uses protocol type %q, the request says %q", g.ID, g.ProtocolType, r.GetProtocolType())
+			return nil, errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q uses protocol type %q, the request says %q", g.ID, g.ProtocolType, r.GetProtocolType())
 		}
 	}
 	switch {
@@ -70,7 +72,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 		e.pending[memberKey{r.GetGroupId(), memberID}] = e.cfg.Now().Add(session)
 		e.mu.Unlock()
 		return nil, &MemberIDRequiredError{
-			ProtocolError: fsm.Errorf(fsm.CodeMemberIDRequired, "join again with member_id %q", memberID),
+			ProtocolError: errcode.Errorf(errcode.MemberIDRequired, "join again with member_id %q", memberID),
 			MemberID:      memberID,
 		}
 	case !known:
@@ -79,7 +81,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 		_, newMember = e.pending[k]
 		e.mu.Unlock()
 		if !newMember {
-			return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "member %q is not in group %q (nor a pending ID this leader handed out): join again without a member_id", memberID, r.GetGroupId())
+			return nil, errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q (nor a pending ID this leader handed out): join again without a member_id", memberID, r.GetGroupId())
 		}
 	}
 
@@ -179,7 +181,7 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 	}
 	switch {
 	case g.State == fsm.PreparingRebalance:
-		return nil, fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q is rebalancing: join again", g.ID)
+		return nil, errcode.Errorf(errcode.RebalanceInProgress, "group %q is rebalancing: join again", g.ID)
 	case g.State == fsm.Stable:
 		// A retry: the plan is already committed.
 	case r.GetMemberId() == g.LeaderID:
@@ -202,7 +204,7 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 	}
 	m, ok := g.Member(r.GetMemberId())
 	if !ok {
-		return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "member %q is not in group %q", r.GetMemberId(), g.ID)
+		return nil, errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", r.GetMemberId(), g.ID)
 	}
 	e.mu.Lock()
 	e.touchSessionLocked(g.ID, m.ID, g, e.cfg.Now())
@@ -216,22 +218,22 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 func (e *Engine) checkMember(groupID, memberID, instanceID string, generation int32) (*fsm.Group, error) {
 	g, ok := e.fsm.Group(groupID)
 	if !ok {
-		return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "group %q does not exist, so member %q is unknown", groupID, memberID)
+		return nil, errcode.Errorf(errcode.UnknownMemberID, "group %q does not exist, so member %q is unknown", groupID, memberID)
 	}
 	if instanceID != "" {
 		if owner, ok := g.MemberByInstance(instanceID); ok && owner.ID != memberID {
-			return nil, fsm.Errorf(fsm.CodeFencedInstanceID, "instance %q belongs to member %q, not %q", instanceID, owner.ID, memberID)
+			return nil, errcode.Errorf(errcode.FencedInstanceID, "instance %q belongs to member %q, not %q", instanceID, owner.ID, memberID)
 		}
 	}
 	m, ok := g.Member(memberID)
 	if !ok {
-		return nil, fsm.Errorf(fsm.CodeUnknownMemberID, "member %q is not in group %q", memberID, groupID)
+		return nil, errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", memberID, groupID)
 	}
 	if instanceID != "" && m.InstanceID != instanceID {
-		return nil, fsm.Errorf(fsm.CodeFencedInstanceID, "member %q has instance_id %q, the request says %q", memberID, m.InstanceID, instanceID)
+		return nil, errcode.Errorf(errcode.FencedInstanceID, "member %q has instance_id %q, the request says %q", memberID, m.InstanceID, instanceID)
 	}
 	if generation != g.Generation {
-		return nil, fsm.Errorf(fsm.CodeIllegalGeneration, "group %q is at generation %d, the request names %d", groupID, g.Generation, generation)
+		return nil, errcode.Errorf(errcode.IllegalGeneration, "group %q is at generation %d, the request names %d", groupID, g.Generation, generation)
 	}
 	return g, nil
 }
@@ -252,10 +254,10 @@ func (e *Engine) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatRequest) er
 	switch g.State {
 	case fsm.CompletingRebalance:
 		// Not refreshed: a leader that never syncs lets its group expire.
-		return fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q is waiting for generation %d's assignment: sync", g.ID, g.Generation)
+		return errcode.Errorf(errcode.RebalanceInProgress, "group %q is waiting for generation %d's assignment: sync", g.ID, g.Generation)
 	case fsm.PreparingRebalance:
 		e.refresh(g, r.GetMemberId())
-		return fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q is rebalancing: join again", g.ID)
+		return errcode.Errorf(errcode.RebalanceInProgress, "group %q is rebalancing: join again", g.ID)
 	}
 	e.refresh(g, r.GetMemberId())
 	return nil
@@ -322,8 +324,8 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 		return nil, err
 	}
 	if res.Err != nil {
-		if fsm.CodeOf(res.Err) != fsm.CodeInvalidArgument {
-			e.m.fencedCommits.WithLabelValues(fsm.CodeOf(res.Err).String()).Inc()
+		if errcode.Of(res.Err) != errcode.InvalidArgument {
+			e.m.fencedCommits.WithLabelValues(errcode.Of(res.Err).String()).Inc()
 		}
 		return nil, res.Err
 	}
@@ -331,7 +333,7 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 	for _, p := range res.Partitions {
 		code, msg := itemError(p.Err)
 		if p.Err != nil {
-			e.m.fencedCommits.WithLabelValues(fsm.CodeOf(p.Err).String()).Inc()
+			e.m.fencedCommits.WithLabelValues(errcode.Of(p.Err).String()).Inc()
 		}
 		resp.Partitions = append(resp.Partitions, &cohortv1.OffsetCommitPartitionResult{Topic: p.Topic, Partition: p.Partition, Error: code, ErrorMessage: msg})
 	}
@@ -402,20 +404,18 @@ func (e *Engine) proposeSimple(ctx context.Context, cmd *fsmv1.Command) error {
 	return res.Err
 }
 
-// itemError converts a per-item outcome to its wire form.
+// itemError converts a per-item outcome to its wire form. An error without
+// a protocol code (none is expected from the FSM) goes out as
+// INVALID_ARGUMENT, with its message.
 func itemError(err error) (cohortv1.ErrorCode, string) {
 	if err == nil {
 		return cohortv1.ErrorCode_ERROR_CODE_NONE, ""
 	}
-	return ErrorCode(fsm.CodeOf(err)), err.Error()
-}
-
-// ErrorCode maps a protocol code to the API enum (same names).
-func ErrorCode(c fsm.Code) cohortv1.ErrorCode {
-	if v, ok := cohortv1.ErrorCode_value["ERROR_CODE_"+c.String()]; ok {
-		return cohortv1.ErrorCode(v)
+	code, ok := wire.ToEnum(errcode.Of(err))
+	if !ok {
+		code = cohortv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT
 	}
-	return cohortv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT
+	return code, err.Error()
 }
 
 func assignmentToFSM(a *cohortv1.Assignment) *fsmv1.Assignment {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/cohortlabs/cohort/raftnode"
@@ -18,9 +19,9 @@ func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyRes
 	if err != nil {
 		switch {
 		case errors.Is(err, raftnode.ErrNotLeader):
-			return nil, fsm.Errorf(fsm.CodeNotLeader, "%v", err)
+			return nil, errcode.Errorf(errcode.NotLeader, "%v", err)
 		case errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrShutdown):
-			return nil, fsm.Errorf(fsm.CodeNotLeader, "%v; the outcome is unknown, retry on the new leader", err)
+			return nil, errcode.Errorf(errcode.NotLeader, "%v; the outcome is unknown, retry on the new leader", err)
 		}
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
@@ -50,15 +51,15 @@ func (b *readBarrier) wait(ctx context.Context) error {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		return fsm.Errorf(fsm.CodeNotLeader, "confirming leadership for a linearizable read: %v", ctx.Err())
+		return errcode.Errorf(errcode.NotLeader, "confirming leadership for a linearizable read: %v", ctx.Err())
 	}
 	if r.err != nil {
-		return fsm.Errorf(fsm.CodeNotLeader, "this node could not confirm it still leads: %v", r.err)
+		return errcode.Errorf(errcode.NotLeader, "this node could not confirm it still leads: %v", r.err)
 	}
 	for b.raft.AppliedIndex() < readIndex {
 		select {
 		case <-ctx.Done():
-			return fsm.Errorf(fsm.CodeNotLeader, "waiting to apply index %d for a read: %v", readIndex, ctx.Err())
+			return errcode.Errorf(errcode.NotLeader, "waiting to apply index %d for a read: %v", readIndex, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}

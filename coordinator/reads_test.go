@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
@@ -101,7 +102,7 @@ func TestReadBarrier_WaitsForApplyAndReportsLostLeadership(t *testing.T) {
 
 	f.err = errors.New("node is not the leader")
 	f.release <- struct{}{}
-	if err := b.wait(ctx); fsm.CodeOf(err) != fsm.CodeNotLeader {
+	if err := b.wait(ctx); errcode.Of(err) != errcode.NotLeader {
 		t.Fatalf("read after a failed VerifyLeader: %v, want NOT_LEADER", err)
 	}
 }

@@ -1,17 +1,16 @@
 package coordinator
 
 import (
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
-
-	"github.com/cohortlabs/cohort/fsm"
 )
 
 // invalid builds the InvalidArgument error for a field.
-func invalid(format string, args ...any) *fsm.ProtocolError {
-	return fsm.Errorf(fsm.CodeInvalidArgument, format, args...)
+func invalid(format string, args ...any) *errcode.ProtocolError {
+	return errcode.Errorf(errcode.InvalidArgument, format, args...)
 }
 
-func (l Limits) checkID(field, v string, limit int, required bool) *fsm.ProtocolError {
+func (l Limits) checkID(field, v string, limit int, required bool) *errcode.ProtocolError {
 	switch {
 	case required && v == "":
 		return invalid("%s is empty", field)
@@ -21,11 +20,11 @@ func (l Limits) checkID(field, v string, limit int, required bool) *fsm.Protocol
 	return nil
 }
 
-func (l Limits) checkGroupID(id string) *fsm.ProtocolError {
+func (l Limits) checkGroupID(id string) *errcode.ProtocolError {
 	return l.checkID("group_id", id, l.MaxGroupIDBytes, true)
 }
 
-func (l Limits) checkTopic(field, name string) *fsm.ProtocolError {
+func (l Limits) checkTopic(field, name string) *errcode.ProtocolError {
 	if err := l.checkID(field, name, l.MaxTopicNameBytes, true); err != nil {
 		return err
 	}
@@ -41,7 +40,7 @@ func (l Limits) checkTopic(field, name string) *fsm.ProtocolError {
 	return nil
 }
 
-func (l Limits) validateJoin(r *cohortv1.JoinGroupRequest) *fsm.ProtocolError {
+func (l Limits) validateJoin(r *cohortv1.JoinGroupRequest) *errcode.ProtocolError {
 	if err := l.checkGroupID(r.GetGroupId()); err != nil {
 		return err
 	}
@@ -90,7 +89,7 @@ func (l Limits) validateJoin(r *cohortv1.JoinGroupRequest) *fsm.ProtocolError {
 	return nil
 }
 
-func (l Limits) validateSync(r *cohortv1.SyncGroupRequest) *fsm.ProtocolError {
+func (l Limits) validateSync(r *cohortv1.SyncGroupRequest) *errcode.ProtocolError {
 	if err := l.checkGroupID(r.GetGroupId()); err != nil {
 		return err
 	}
@@ -128,7 +127,7 @@ func (l Limits) validateSync(r *cohortv1.SyncGroupRequest) *fsm.ProtocolError {
 	return nil
 }
 
-func (l Limits) validateMemberRef(groupID, memberID, instanceID string) *fsm.ProtocolError {
+func (l Limits) validateMemberRef(groupID, memberID, instanceID string) *errcode.ProtocolError {
 	if err := l.checkGroupID(groupID); err != nil {
 		return err
 	}
@@ -138,7 +137,7 @@ func (l Limits) validateMemberRef(groupID, memberID, instanceID string) *fsm.Pro
 	return l.checkID("instance_id", instanceID, l.MaxInstanceIDBytes, false)
 }
 
-func (l Limits) validateCommit(r *cohortv1.OffsetCommitRequest) *fsm.ProtocolError {
+func (l Limits) validateCommit(r *cohortv1.OffsetCommitRequest) *errcode.ProtocolError {
 	if err := l.validateMemberRef(r.GetGroupId(), r.GetMemberId(), r.GetInstanceId()); err != nil {
 		return err
 	}
@@ -164,7 +163,7 @@ func (l Limits) validateCommit(r *cohortv1.OffsetCommitRequest) *fsm.ProtocolErr
 	return nil
 }
 
-func (l Limits) validateTopic(name string, partitions int32, needPartitions bool) *fsm.ProtocolError {
+func (l Limits) validateTopic(name string, partitions int32, needPartitions bool) *errcode.ProtocolError {
 	if err := l.checkTopic("name", name); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 )
 
@@ -57,10 +58,10 @@ func (e *Engine) answerLocked(id string, g *fsm.Group, now time.Time) {
 // group's current state.
 func waitOutcome(w *waiter, g *fsm.Group) (waitResult, bool) {
 	if g == nil {
-		return waitResult{err: fsm.Errorf(fsm.CodeUnknownMemberID, "the group no longer exists")}, true
+		return waitResult{err: errcode.Errorf(errcode.UnknownMemberID, "the group no longer exists")}, true
 	}
 	if _, ok := g.Member(w.member); !ok {
-		return waitResult{err: fsm.Errorf(fsm.CodeUnknownMemberID, "member %q was removed from group %q (it did not rejoin in time, left, or expired)", w.member, g.ID)}, true
+		return waitResult{err: errcode.Errorf(errcode.UnknownMemberID, "member %q was removed from group %q (it did not rejoin in time, left, or expired)", w.member, g.ID)}, true
 	}
 	switch w.kind {
 	case waitJoin:
@@ -75,7 +76,7 @@ func waitOutcome(w *waiter, g *fsm.Group) (waitResult, bool) {
 		case g.Generation == w.generation && g.State == fsm.Stable:
 			return waitResult{group: g}, true
 		}
-		return waitResult{err: fsm.Errorf(fsm.CodeRebalanceInProgress, "group %q started another rebalance (now %s at generation %d) before generation %d's assignment arrived", g.ID, g.State, g.Generation, w.generation)}, true
+		return waitResult{err: errcode.Errorf(errcode.RebalanceInProgress, "group %q started another rebalance (now %s at generation %d) before generation %d's assignment arrived", g.ID, g.State, g.Generation, w.generation)}, true
 	}
 }
 
@@ -87,7 +88,7 @@ func (e *Engine) park(ctx context.Context, kind waitKind, group, member string, 
 	e.mu.Lock()
 	if !e.serving {
 		e.mu.Unlock()
-		return nil, fsm.Errorf(fsm.CodeNotLeader, "this node stopped leading; retry on the new leader")
+		return nil, errcode.Errorf(errcode.NotLeader, "this node stopped leading; retry on the new leader")
 	}
 	g, _ := e.fsm.Group(group)
 	if res, done := waitOutcome(w, g); done {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
@@ -42,13 +43,13 @@ func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
 	case *fsmv1.Command_Batch:
 		return s.batch(now, c.Batch)
 	case nil:
-		return fail(Errorf(CodeInvalidArgument, "command has no kind"))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "command has no kind"))
 	default:
-		return fail(Errorf(CodeInvalidArgument, "unknown command kind %T", c))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "unknown command kind %T", c))
 	}
 }
 
-func fail(err *ProtocolError) *ApplyResult { return &ApplyResult{Err: err} }
+func fail(err *errcode.ProtocolError) *ApplyResult { return &ApplyResult{Err: err} }
 
 // MaxBatch bounds the commands of one Batch entry.
 const MaxBatch = 4096
@@ -60,13 +61,13 @@ func (s *State) batch(now int64, b *fsmv1.Batch) *ApplyResult {
 	cmds := b.GetCommands()
 	switch {
 	case len(cmds) == 0:
-		return fail(Errorf(CodeInvalidArgument, "batch is empty"))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "batch is empty"))
 	case len(cmds) > MaxBatch:
-		return fail(Errorf(CodeInvalidArgument, "batch has %d commands, over the limit of %d", len(cmds), MaxBatch))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "batch has %d commands, over the limit of %d", len(cmds), MaxBatch))
 	}
 	for i, c := range cmds {
 		if _, nested := c.GetKind().(*fsmv1.Command_Batch); nested {
-			return fail(Errorf(CodeInvalidArgument, "batch command %d is itself a batch", i))
+			return fail(errcode.Errorf(errcode.InvalidArgument, "batch command %d is itself a batch", i))
 		}
 	}
 	res := &ApplyResult{Batch: make([]*ApplyResult, len(cmds))}
@@ -76,12 +77,12 @@ func (s *State) batch(now int64, b *fsmv1.Batch) *ApplyResult {
 	return res
 }
 
-func checkName(field, v string) *ProtocolError {
+func checkName(field, v string) *errcode.ProtocolError {
 	switch {
 	case v == "":
-		return Errorf(CodeInvalidArgument, "%s is empty", field)
+		return errcode.Errorf(errcode.InvalidArgument, "%s is empty", field)
 	case len(v) > MaxNameLength:
-		return Errorf(CodeInvalidArgument, "%s is %d bytes, over the limit of %d", field, len(v), MaxNameLength)
+		return errcode.Errorf(errcode.InvalidArgument, "%s is %d bytes, over the limit of %d", field, len(v), MaxNameLength)
 	}
 	return nil
 }

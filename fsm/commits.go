@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/cohortlabs/cohort/offsets"
 )
@@ -13,7 +14,7 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 		return fail(err)
 	}
 	if len(c.GetOffsets()) == 0 {
-		return fail(Errorf(CodeInvalidArgument, "commit names no offsets"))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "commit names no offsets"))
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	standalone := c.GetGeneration() == -1 && c.GetMemberId() == ""
@@ -21,25 +22,25 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 	switch {
 	case standalone:
 		if exists && len(g.Members) > 0 {
-			return fail(Errorf(CodeIllegalGeneration, "group %q has members (%s, generation %d); a standalone commit needs an empty group", g.ID, g.State, g.Generation))
+			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q has members (%s, generation %d); a standalone commit needs an empty group", g.ID, g.State, g.Generation))
 		}
 	case c.GetMemberId() == "":
-		return fail(Errorf(CodeUnknownMemberID, "commit at generation %d names no member", c.GetGeneration()))
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "commit at generation %d names no member", c.GetGeneration()))
 	case !exists:
-		return fail(Errorf(CodeUnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
 	default:
 		m, ok := g.Member(c.GetMemberId())
 		if !ok {
-			return fail(Errorf(CodeUnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID))
+			return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID))
 		}
 		if c.GetInstanceId() != "" && m.InstanceID != c.GetInstanceId() {
-			return fail(Errorf(CodeFencedInstanceID, "member %q has instance_id %q, commit says %q", m.ID, m.InstanceID, c.GetInstanceId()))
+			return fail(errcode.Errorf(errcode.FencedInstanceID, "member %q has instance_id %q, commit says %q", m.ID, m.InstanceID, c.GetInstanceId()))
 		}
 		if c.GetGeneration() != g.Generation {
-			return fail(Errorf(CodeIllegalGeneration, "group %q is at generation %d, commit names %d", g.ID, g.Generation, c.GetGeneration()))
+			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q is at generation %d, commit names %d", g.ID, g.Generation, c.GetGeneration()))
 		}
 		if g.State == CompletingRebalance {
-			return fail(Errorf(CodeRebalanceInProgress, "group %q is waiting for generation %d's assignment", g.ID, g.Generation))
+			return fail(errcode.Errorf(errcode.RebalanceInProgress, "group %q is waiting for generation %d's assignment", g.ID, g.Generation))
 		}
 		member = m
 	}
@@ -82,20 +83,20 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 func (s *State) checkCommit(member *Member, o *fsmv1.OffsetCommit) error {
 	n, ok := s.topics[o.GetTopic()]
 	if !ok || o.GetPartition() < 0 || o.GetPartition() >= n {
-		return Errorf(CodeUnknownTopicOrPartition, "partition %s/%d does not exist", o.GetTopic(), o.GetPartition())
+		return errcode.Errorf(errcode.UnknownTopicOrPartition, "partition %s/%d does not exist", o.GetTopic(), o.GetPartition())
 	}
 	if o.GetOffset() < 0 {
-		return Errorf(CodeInvalidArgument, "offset %d for %s/%d is negative", o.GetOffset(), o.GetTopic(), o.GetPartition())
+		return errcode.Errorf(errcode.InvalidArgument, "offset %d for %s/%d is negative", o.GetOffset(), o.GetTopic(), o.GetPartition())
 	}
 	if member != nil && !member.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
-		return Errorf(CodeNotOwner, "member %q does not own %s/%d", member.ID, o.GetTopic(), o.GetPartition())
+		return errcode.Errorf(errcode.NotOwner, "member %q does not own %s/%d", member.ID, o.GetTopic(), o.GetPartition())
 	}
 	return nil
 }
 
 func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 	if len(c.GetGroupIds()) == 0 {
-		return fail(Errorf(CodeInvalidArgument, "delete names no groups"))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "delete names no groups"))
 	}
 	res := &ApplyResult{Groups: make([]GroupResult, len(c.GetGroupIds()))}
 	for i, id := range c.GetGroupIds() {
@@ -103,9 +104,9 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 		g, ok := s.groups[id]
 		switch {
 		case !ok:
-			r.Err = Errorf(CodeGroupIDNotFound, "group %q does not exist", id)
+			r.Err = errcode.Errorf(errcode.GroupIDNotFound, "group %q does not exist", id)
 		case len(g.Members) > 0:
-			r.Err = Errorf(CodeNonEmptyGroup, "group %q has %d members (%s)", id, len(g.Members), g.State)
+			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "group %q has %d members (%s)", id, len(g.Members), g.State)
 		default:
 			delete(s.groups, id)
 			s.offsets.DeleteGroup(id)
@@ -117,7 +118,7 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 
 func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
 	if c.GetRetentionMs() <= 0 {
-		return fail(Errorf(CodeInvalidArgument, "retention_ms %d must be positive", c.GetRetentionMs()))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "retention_ms %d must be positive", c.GetRetentionMs()))
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
 		g := s.groups[id]

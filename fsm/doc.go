@@ -6,5 +6,6 @@
 // command), no randomness, no goroutines, no I/O except the snapshot stream it
 // is handed, and no map-iteration order reaching state or output. Two FSMs fed
 // the same log hold byte-identical snapshots. A bad command is a typed result
-// (a *ProtocolError), never a panic, and leaves the state exactly as it was.
+// (an *errcode.ProtocolError), never a panic, and leaves the state exactly as
+// it was.
 package fsm

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -24,7 +25,7 @@ func New() *FSM {
 }
 
 // ApplyResult is what applying one command produced. Err is a
-// *ProtocolError when the command as a whole was refused; the state is then
+// *errcode.ProtocolError when the command as a whole was refused; the state is then
 // unchanged. Per-item outcomes of multi-item commands are in Partitions,
 // Members and Groups.
 type ApplyResult struct {
@@ -73,7 +74,7 @@ type GroupResult struct {
 func DecodeCommand(data []byte) (*fsmv1.Command, error) {
 	cmd := &fsmv1.Command{}
 	if err := proto.Unmarshal(data, cmd); err != nil {
-		return nil, Errorf(CodeInvalidArgument, "decode command (%d bytes): %v", len(data), err)
+		return nil, errcode.Errorf(errcode.InvalidArgument, "decode command (%d bytes): %v", len(data), err)
 	}
 	return cmd, nil
 }

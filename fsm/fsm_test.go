@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
@@ -44,8 +45,8 @@ func TestJoinSyncCommit_FullRebalanceFlow(t *testing.T) {
 		t.Fatalf("a's assignment %+v, want t/0,1 (sorted)", a.Assignment)
 	}
 	res := h.ok(at(6, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0, 2}, offset: 42}))
-	wantCode(t, res.Partitions[0].Err, CodeNone)
-	wantCode(t, res.Partitions[1].Err, CodeNotOwner)
+	wantCode(t, res.Partitions[0].Err, errcode.None)
+	wantCode(t, res.Partitions[1].Err, errcode.NotOwner)
 	h.f.Read(func(s *State) {
 		if v, ok := s.Offset("g", "t", 0); !ok || v.Offset != 42 || v.Generation != 2 || v.CommitTimestampMs != 6 {
 			t.Fatalf("offset t/0 = %+v %v, want 42 at generation 2 time 6", v, ok)
@@ -60,17 +61,17 @@ func TestJoin_ProtocolRules(t *testing.T) {
 	cases := []struct {
 		name string
 		cmd  *fsmv1.Command
-		code Code
+		code errcode.Code
 	}{
-		{"unknown member id", at(10, join{group: "g", member: "zz", topics: []string{"t"}}), CodeUnknownMemberID},
-		{"other protocol type", at(10, join{group: "g", member: "c", newMember: true, protocolType: "connect"}), CodeInconsistentGroupProtocol},
-		{"no common protocol", at(10, join{group: "g", member: "c", newMember: true, protocols: []string{"sticky"}}), CodeInconsistentGroupProtocol},
-		{"empty member id", at(10, join{group: "g", member: "", newMember: true}), CodeInvalidArgument},
-		{"empty group id", at(10, join{group: "", member: "c", newMember: true}), CodeInvalidArgument},
-		{"no protocols", at(10, join{group: "g", member: "c", newMember: true, protocols: []string{}}), CodeInvalidArgument},
-		{"duplicate protocol", at(10, join{group: "g", member: "c", newMember: true, protocols: []string{"range", "range"}}), CodeInvalidArgument},
-		{"negative session timeout", at(10, join{group: "g", member: "c", newMember: true, sessionMs: -1}), CodeInvalidArgument},
-		{"instance mismatch", at(10, join{group: "g", member: "a", instance: "i-9", topics: []string{"t"}}), CodeFencedInstanceID},
+		{"unknown member id", at(10, join{group: "g", member: "zz", topics: []string{"t"}}), errcode.UnknownMemberID},
+		{"other protocol type", at(10, join{group: "g", member: "c", newMember: true, protocolType: "connect"}), errcode.InconsistentGroupProtocol},
+		{"no common protocol", at(10, join{group: "g", member: "c", newMember: true, protocols: []string{"sticky"}}), errcode.InconsistentGroupProtocol},
+		{"empty member id", at(10, join{group: "g", member: "", newMember: true}), errcode.InvalidArgument},
+		{"empty group id", at(10, join{group: "", member: "c", newMember: true}), errcode.InvalidArgument},
+		{"no protocols", at(10, join{group: "g", member: "c", newMember: true, protocols: []string{}}), errcode.InvalidArgument},
+		{"duplicate protocol", at(10, join{group: "g", member: "c", newMember: true, protocols: []string{"range", "range"}}), errcode.InvalidArgument},
+		{"negative session timeout", at(10, join{group: "g", member: "c", newMember: true, sessionMs: -1}), errcode.InvalidArgument},
+		{"instance mismatch", at(10, join{group: "g", member: "a", instance: "i-9", topics: []string{"t"}}), errcode.FencedInstanceID},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +129,7 @@ func TestJoin_InitialDelayHoldsBarrier(t *testing.T) {
 	if g = h.group("g"); g.InitialDelayUntilMs != 6000 {
 		t.Fatalf("third member: delay until %d, want 6000 (capped at start+rebalance timeout)", g.InitialDelayUntilMs)
 	}
-	h.refused(at(5999, completeJoin{"g", 0, true}), CodeStaleCommand)
+	h.refused(at(5999, completeJoin{"g", 0, true}), errcode.StaleCommand)
 	res := h.ok(at(6000, completeJoin{"g", 0, true}))
 	if !res.JoinCompleted || res.Group.Generation != 1 || len(res.Group.Members) != 3 || res.Group.LeaderID != "a" {
 		t.Fatalf("delay end: gen %d members %d leader %q", res.Group.Generation, len(res.Group.Members), res.Group.LeaderID)
@@ -149,7 +150,7 @@ func TestCompleteJoin_TimeoutDropsDynamicKeepsStatic(t *testing.T) {
 	if res.Group.Generation != 3 || len(ids) != 2 || ids[0] != "a" || ids[1] != "s1" {
 		t.Fatalf("after timeout: gen %d members %v, want gen 3 [a s1]", res.Group.Generation, ids)
 	}
-	h.refused(at(50001, completeJoin{"g", 2, false}), CodeStaleCommand)
+	h.refused(at(50001, completeJoin{"g", 2, false}), errcode.StaleCommand)
 	if st := h.f.Stats(); st.Members != 2 {
 		t.Fatalf("member count %d, want 2", st.Members)
 	}
@@ -168,25 +169,25 @@ func TestStaticMember_ReplacementKeepsAssignmentWithoutRebalance(t *testing.T) {
 		t.Fatalf("replacement: %s gen %d leader %q member %+v", g.State, g.Generation, g.LeaderID, m)
 	}
 	// The old ID is fenced.
-	h.refused(at(5, commit{group: "g", generation: 1, member: "s-old", topic: "t", partitions: []int32{0}}), CodeUnknownMemberID)
-	h.refused(at(6, join{group: "g", member: "s-old", instance: "i-1", topics: []string{"t"}}), CodeFencedInstanceID)
+	h.refused(at(5, commit{group: "g", generation: 1, member: "s-old", topic: "t", partitions: []int32{0}}), errcode.UnknownMemberID)
+	h.refused(at(6, join{group: "g", member: "s-old", instance: "i-1", topics: []string{"t"}}), errcode.FencedInstanceID)
 }
 
 func TestSync_ValidationNamesFirstFault(t *testing.T) {
 	cases := []struct {
 		name string
 		sync syncCmd
-		code Code
+		code errcode.Code
 	}{
-		{"wrong generation", syncCmd{"g", 1, "a", plan{}}, CodeIllegalGeneration},
-		{"unknown member", syncCmd{"g", 2, "zz", plan{}}, CodeUnknownMemberID},
-		{"not the leader", syncCmd{"g", 2, "b", plan{}}, CodeInvalidAssignment},
-		{"partition out of range", syncCmd{"g", 2, "a", plan{"a": {"t": {4}}}}, CodeInvalidAssignment},
-		{"partition twice", syncCmd{"g", 2, "a", plan{"a": {"t": {0}}, "b": {"t": {0}}}}, CodeInvalidAssignment},
-		{"unknown topic", syncCmd{"g", 2, "a", plan{"a": {"nope": {0}}}}, CodeInvalidAssignment},
-		{"unsubscribed topic", syncCmd{"g", 2, "a", plan{"a": {"u": {0}}}}, CodeInvalidAssignment},
-		{"member not in group", syncCmd{"g", 2, "a", plan{"x": {"t": {0}}}}, CodeInvalidAssignment},
-		{"unknown group", syncCmd{"nope", 2, "a", plan{}}, CodeUnknownMemberID},
+		{"wrong generation", syncCmd{"g", 1, "a", plan{}}, errcode.IllegalGeneration},
+		{"unknown member", syncCmd{"g", 2, "zz", plan{}}, errcode.UnknownMemberID},
+		{"not the leader", syncCmd{"g", 2, "b", plan{}}, errcode.InvalidAssignment},
+		{"partition out of range", syncCmd{"g", 2, "a", plan{"a": {"t": {4}}}}, errcode.InvalidAssignment},
+		{"partition twice", syncCmd{"g", 2, "a", plan{"a": {"t": {0}}, "b": {"t": {0}}}}, errcode.InvalidAssignment},
+		{"unknown topic", syncCmd{"g", 2, "a", plan{"a": {"nope": {0}}}}, errcode.InvalidAssignment},
+		{"unsubscribed topic", syncCmd{"g", 2, "a", plan{"a": {"u": {0}}}}, errcode.InvalidAssignment},
+		{"member not in group", syncCmd{"g", 2, "a", plan{"x": {"t": {0}}}}, errcode.InvalidAssignment},
+		{"unknown group", syncCmd{"nope", 2, "a", plan{}}, errcode.UnknownMemberID},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +221,7 @@ func TestSync_MembersLeftOutGetEmptyAndRetryAnswers(t *testing.T) {
 	if !bytes.Equal(before, snapshotBytes(t, h.f)) {
 		t.Fatalf("a retried sync changed the state")
 	}
-	h.refused(at(14, syncCmd{"g", 2, "a", plan{}}), CodeIllegalGeneration)
+	h.refused(at(14, syncCmd{"g", 2, "a", plan{}}), errcode.IllegalGeneration)
 }
 
 func TestCommit_Fencing(t *testing.T) {
@@ -228,21 +229,21 @@ func TestCommit_Fencing(t *testing.T) {
 		name   string
 		setup  func(h *harness)
 		commit commit
-		code   Code
+		code   errcode.Code
 		// partCode is the expected per-partition code when the commit is
 		// accepted as a whole.
-		partCode Code
+		partCode errcode.Code
 	}{
 		{name: "owner current generation", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{3}}},
-		{name: "not owner", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{0}}, partCode: CodeNotOwner},
-		{name: "old generation", commit: commit{group: "g", generation: 1, member: "b", topic: "t", partitions: []int32{3}}, code: CodeIllegalGeneration},
-		{name: "unknown member", commit: commit{group: "g", generation: 2, member: "zz", topic: "t", partitions: []int32{3}}, code: CodeUnknownMemberID},
-		{name: "instance mismatch", commit: commit{group: "g", generation: 2, member: "b", instance: "i-1", topic: "t", partitions: []int32{3}}, code: CodeFencedInstanceID},
-		{name: "standalone on a group with members", commit: commit{group: "g", generation: -1, topic: "t", partitions: []int32{3}}, code: CodeIllegalGeneration},
-		{name: "no member at a generation", commit: commit{group: "g", generation: 2, topic: "t", partitions: []int32{3}}, code: CodeUnknownMemberID},
-		{name: "unknown partition", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{9}}, partCode: CodeUnknownTopicOrPartition},
-		{name: "negative offset", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{3}, offset: -5}, partCode: CodeInvalidArgument},
-		{name: "no offsets", commit: commit{group: "g", generation: 2, member: "b", topic: "t"}, code: CodeInvalidArgument},
+		{name: "not owner", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{0}}, partCode: errcode.NotOwner},
+		{name: "old generation", commit: commit{group: "g", generation: 1, member: "b", topic: "t", partitions: []int32{3}}, code: errcode.IllegalGeneration},
+		{name: "unknown member", commit: commit{group: "g", generation: 2, member: "zz", topic: "t", partitions: []int32{3}}, code: errcode.UnknownMemberID},
+		{name: "instance mismatch", commit: commit{group: "g", generation: 2, member: "b", instance: "i-1", topic: "t", partitions: []int32{3}}, code: errcode.FencedInstanceID},
+		{name: "standalone on a group with members", commit: commit{group: "g", generation: -1, topic: "t", partitions: []int32{3}}, code: errcode.IllegalGeneration},
+		{name: "no member at a generation", commit: commit{group: "g", generation: 2, topic: "t", partitions: []int32{3}}, code: errcode.UnknownMemberID},
+		{name: "unknown partition", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{9}}, partCode: errcode.UnknownTopicOrPartition},
+		{name: "negative offset", commit: commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{3}, offset: -5}, partCode: errcode.InvalidArgument},
+		{name: "no offsets", commit: commit{group: "g", generation: 2, member: "b", topic: "t"}, code: errcode.InvalidArgument},
 		{
 			name:   "preparing rebalance accepts current generation",
 			setup:  func(h *harness) { h.ok(at(9, join{group: "g", member: "a", topics: []string{"t"}})) },
@@ -255,7 +256,7 @@ func TestCommit_Fencing(t *testing.T) {
 				h.ok(at(9, join{group: "g", member: "b", topics: []string{"t"}}))
 			},
 			commit: commit{group: "g", generation: 3, member: "b", topic: "t", partitions: []int32{3}},
-			code:   CodeRebalanceInProgress,
+			code:   errcode.RebalanceInProgress,
 		},
 	}
 	for _, tc := range cases {
@@ -264,7 +265,7 @@ func TestCommit_Fencing(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(h)
 			}
-			if tc.code != CodeNone {
+			if tc.code != errcode.None {
 				h.refused(at(10, tc.commit), tc.code)
 				return
 			}
@@ -272,7 +273,7 @@ func TestCommit_Fencing(t *testing.T) {
 			wantCode(t, res.Partitions[0].Err, tc.partCode)
 			h.f.Read(func(s *State) {
 				_, stored := s.Offset("g", "t", tc.commit.partitions[0])
-				if stored != (tc.partCode == CodeNone) {
+				if stored != (tc.partCode == errcode.None) {
 					t.Fatalf("offset stored=%v, per-partition code %s", stored, tc.partCode)
 				}
 			})
@@ -289,7 +290,7 @@ func TestCommit_StandaloneCreatesEmptyGroup(t *testing.T) {
 	}
 	// A standalone commit that stores nothing creates nothing.
 	res = h.ok(at(3, commit{group: "ghost", generation: -1, topic: "t", partitions: []int32{5}}))
-	wantCode(t, res.Partitions[0].Err, CodeUnknownTopicOrPartition)
+	wantCode(t, res.Partitions[0].Err, errcode.UnknownTopicOrPartition)
 	if _, ok := h.f.Group("ghost"); ok {
 		t.Fatalf("a commit that stored nothing created group ghost")
 	}
@@ -298,8 +299,8 @@ func TestCommit_StandaloneCreatesEmptyGroup(t *testing.T) {
 func TestRemoveMembers_LeaveRebalancesThenEmpties(t *testing.T) {
 	h := stableGroup(t)
 	res := h.ok(at(10, remove{group: "g", members: []string{"b", "zz"}, reason: fsmv1.RemoveReason_REMOVE_REASON_LEAVE}))
-	wantCode(t, res.Members[0].Err, CodeNone)
-	wantCode(t, res.Members[1].Err, CodeUnknownMemberID)
+	wantCode(t, res.Members[0].Err, errcode.None)
+	wantCode(t, res.Members[1].Err, errcode.UnknownMemberID)
 	if res.Group.State != PreparingRebalance {
 		t.Fatalf("after b leaves: %s, want PreparingRebalance", res.Group.State)
 	}
@@ -310,8 +311,8 @@ func TestRemoveMembers_LeaveRebalancesThenEmpties(t *testing.T) {
 	// Offsets survive the group going empty; deletion takes them.
 	h.ok(at(12, commit{group: "g", generation: -1, topic: "t", partitions: []int32{0}, offset: 1}))
 	res = h.ok(at(13, deleteGroups{"g", "nope"}))
-	wantCode(t, res.Groups[0].Err, CodeNone)
-	wantCode(t, res.Groups[1].Err, CodeGroupIDNotFound)
+	wantCode(t, res.Groups[0].Err, errcode.None)
+	wantCode(t, res.Groups[1].Err, errcode.GroupIDNotFound)
 	if st := h.f.Stats(); st.Groups != 0 || st.Offsets != 0 || st.Members != 0 {
 		t.Fatalf("after delete: %+v, want nothing left", st)
 	}
@@ -330,7 +331,7 @@ func TestRemoveMembers_LastRejoinCompletesBarrier(t *testing.T) {
 func TestDeleteGroups_RefusesNonEmpty(t *testing.T) {
 	h := stableGroup(t)
 	res := h.ok(at(10, deleteGroups{"g"}))
-	wantCode(t, res.Groups[0].Err, CodeNonEmptyGroup)
+	wantCode(t, res.Groups[0].Err, errcode.NonEmptyGroup)
 	h.group("g")
 }
 
@@ -355,17 +356,17 @@ func TestExpireOffsets_OnlyEmptyGroupsAfterRetention(t *testing.T) {
 	if _, ok := h.f.Group("solo"); ok {
 		t.Fatalf("an empty group with no offsets left was not removed")
 	}
-	h.refused(at(2021, expire(0)), CodeInvalidArgument)
+	h.refused(at(2021, expire(0)), errcode.InvalidArgument)
 }
 
 func TestTopics_ChangesRebalanceSubscribersAndDropOffsets(t *testing.T) {
 	h := stableGroup(t)
 	h.ok(at(10, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1}))
 	h.ok(at(11, createTopic{"t", 4})) // retry of the same create succeeds
-	h.refused(at(12, createTopic{"t", 5}), CodeTopicAlreadyExists)
-	h.refused(at(12, createTopic{"z", 0}), CodeInvalidPartitions)
-	h.refused(at(12, addPartitions{"t", 3}), CodeInvalidPartitions)
-	h.refused(at(12, addPartitions{"nope", 3}), CodeUnknownTopicOrPartition)
+	h.refused(at(12, createTopic{"t", 5}), errcode.TopicAlreadyExists)
+	h.refused(at(12, createTopic{"z", 0}), errcode.InvalidPartitions)
+	h.refused(at(12, addPartitions{"t", 3}), errcode.InvalidPartitions)
+	h.refused(at(12, addPartitions{"nope", 3}), errcode.UnknownTopicOrPartition)
 	h.ok(at(13, addPartitions{"t", 6}))
 	if g := h.group("g"); g.State != PreparingRebalance {
 		t.Fatalf("after add-partitions: %s, want PreparingRebalance", g.State)
@@ -374,7 +375,7 @@ func TestTopics_ChangesRebalanceSubscribersAndDropOffsets(t *testing.T) {
 	if st := h.f.Stats(); st.Offsets != 0 || st.Topics != 0 {
 		t.Fatalf("after delete-topic: %+v, want no offsets and no topics", st)
 	}
-	h.refused(at(15, deleteTopic("t")), CodeUnknownTopicOrPartition)
+	h.refused(at(15, deleteTopic("t")), errcode.UnknownTopicOrPartition)
 }
 
 func TestRegisterNode_Upserts(t *testing.T) {
@@ -382,7 +383,7 @@ func TestRegisterNode_Upserts(t *testing.T) {
 	h.ok(at(1, registerNode{"n2", "127.0.0.1:2", "127.0.0.1:12"}))
 	h.ok(at(1, registerNode{"n1", "127.0.0.1:1", "127.0.0.1:11"}))
 	h.ok(at(2, registerNode{"n2", "127.0.0.1:3", "127.0.0.1:12"}))
-	h.refused(at(3, registerNode{"", "x", "y"}), CodeInvalidArgument)
+	h.refused(at(3, registerNode{"", "x", "y"}), errcode.InvalidArgument)
 	nodes := h.f.Nodes()
 	if len(nodes) != 2 || nodes[0].ID != "n1" || nodes[1].GRPCAddress != "127.0.0.1:3" {
 		t.Fatalf("nodes %+v", nodes)
@@ -482,16 +483,16 @@ func TestBatch_AppliesEachInOrderWithOwnResult(t *testing.T) {
 	if len(res.Batch) != 3 {
 		t.Fatalf("batch results: %d, want 3", len(res.Batch))
 	}
-	wantCode(t, res.Batch[0].Err, CodeNone)
-	wantCode(t, res.Batch[1].Err, CodeIllegalGeneration)
-	wantCode(t, res.Batch[2].Err, CodeNone)
+	wantCode(t, res.Batch[0].Err, errcode.None)
+	wantCode(t, res.Batch[1].Err, errcode.IllegalGeneration)
+	wantCode(t, res.Batch[2].Err, errcode.None)
 	h.f.Read(func(s *State) {
 		if v, _ := s.Offset("g", "t", 0); v.Offset != 2 || v.CommitTimestampMs != 10 {
 			t.Fatalf("t/0 = %+v, want offset 2 at the batch's timestamp 10", v)
 		}
 	})
-	h.refused(at(11, batch{}), CodeInvalidArgument)
-	h.refused(at(11, batch{batch{createTopic{"x", 1}}}), CodeInvalidArgument)
+	h.refused(at(11, batch{}), errcode.InvalidArgument)
+	h.refused(at(11, batch{batch{createTopic{"x", 1}}}), errcode.InvalidArgument)
 }
 
 func TestGroups_FrozenViewsNeverChange(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
@@ -201,11 +202,11 @@ func (h *harness) ok(cmd *fsmv1.Command) *ApplyResult {
 
 // refused applies a command that must be refused with code, and checks the
 // state did not change.
-func (h *harness) refused(cmd *fsmv1.Command, code Code) *ApplyResult {
+func (h *harness) refused(cmd *fsmv1.Command, code errcode.Code) *ApplyResult {
 	h.t.Helper()
 	before := snapshotBytes(h.t, h.f)
 	res := h.apply(cmd)
-	if CodeOf(res.Err) != code {
+	if errcode.Of(res.Err) != code {
 		h.t.Fatalf("apply %v: got error %v, want %s", cmd, res.Err, code)
 	}
 	if after := snapshotBytes(h.t, h.f); !bytes.Equal(before, after) {
@@ -232,13 +233,13 @@ func snapshotBytes(t testing.TB, f *FSM) []byte {
 	return buf.Bytes()
 }
 
-func wantCode(t testing.TB, err error, code Code) {
+func wantCode(t testing.TB, err error, code errcode.Code) {
 	t.Helper()
-	if CodeOf(err) != code {
+	if errcode.Of(err) != code {
 		t.Fatalf("got %v, want %s", err, code)
 	}
-	if code != CodeNone {
-		var pe *ProtocolError
+	if code != errcode.None {
+		var pe *errcode.ProtocolError
 		if !errors.As(err, &pe) || pe.Msg == "" {
 			t.Fatalf("error %v has no message saying what is wrong", err)
 		}

@@ -3,28 +3,29 @@ package fsm
 import (
 	"slices"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
 // memberFromSpec validates a member's self-description and converts it.
-func memberFromSpec(spec *fsmv1.MemberSpec) (*Member, *ProtocolError) {
+func memberFromSpec(spec *fsmv1.MemberSpec) (*Member, *errcode.ProtocolError) {
 	if spec == nil {
-		return nil, Errorf(CodeInvalidArgument, "member is missing")
+		return nil, errcode.Errorf(errcode.InvalidArgument, "member is missing")
 	}
 	if err := checkName("member_id", spec.GetMemberId()); err != nil {
 		return nil, err
 	}
 	if len(spec.GetInstanceId()) > MaxNameLength {
-		return nil, Errorf(CodeInvalidArgument, "instance_id is %d bytes, over the limit of %d", len(spec.GetInstanceId()), MaxNameLength)
+		return nil, errcode.Errorf(errcode.InvalidArgument, "instance_id is %d bytes, over the limit of %d", len(spec.GetInstanceId()), MaxNameLength)
 	}
 	if spec.GetSessionTimeoutMs() <= 0 {
-		return nil, Errorf(CodeInvalidArgument, "session_timeout_ms %d must be positive", spec.GetSessionTimeoutMs())
+		return nil, errcode.Errorf(errcode.InvalidArgument, "session_timeout_ms %d must be positive", spec.GetSessionTimeoutMs())
 	}
 	if spec.GetRebalanceTimeoutMs() <= 0 {
-		return nil, Errorf(CodeInvalidArgument, "rebalance_timeout_ms %d must be positive", spec.GetRebalanceTimeoutMs())
+		return nil, errcode.Errorf(errcode.InvalidArgument, "rebalance_timeout_ms %d must be positive", spec.GetRebalanceTimeoutMs())
 	}
 	if len(spec.GetProtocols()) == 0 {
-		return nil, Errorf(CodeInvalidArgument, "member %q names no protocols", spec.GetMemberId())
+		return nil, errcode.Errorf(errcode.InvalidArgument, "member %q names no protocols", spec.GetMemberId())
 	}
 	m := &Member{
 		ID:                 spec.GetMemberId(),
@@ -39,7 +40,7 @@ func memberFromSpec(spec *fsmv1.MemberSpec) (*Member, *ProtocolError) {
 			return nil, err
 		}
 		if m.Supports(p.GetName()) {
-			return nil, Errorf(CodeInvalidArgument, "protocol %q listed twice", p.GetName())
+			return nil, errcode.Errorf(errcode.InvalidArgument, "protocol %q listed twice", p.GetName())
 		}
 		m.Protocols = append(m.Protocols, Protocol{Name: p.GetName(), Metadata: slices.Clone(p.GetMetadata())})
 	}
@@ -72,7 +73,7 @@ func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
 		return fail(perr)
 	}
 	if c.GetInitialRebalanceDelayMs() < 0 {
-		return fail(Errorf(CodeInvalidArgument, "initial_rebalance_delay_ms %d is negative", c.GetInitialRebalanceDelayMs()))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "initial_rebalance_delay_ms %d is negative", c.GetInitialRebalanceDelayMs()))
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	if !exists {
@@ -149,19 +150,19 @@ func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
 // identifyCaller tells who is joining g: a known member (old, known), a
 // static member's replacement (replaced: the member that held m's instance
 // ID under another member ID), or, when newMember is set, a new member.
-func identifyCaller(g *Group, m *Member, newMember bool) (old *Member, known bool, replaced *Member, perr *ProtocolError) {
+func identifyCaller(g *Group, m *Member, newMember bool) (old *Member, known bool, replaced *Member, perr *errcode.ProtocolError) {
 	old, known = g.Member(m.ID)
 	if byInst, ok := g.MemberByInstance(m.InstanceID); ok && byInst.ID != m.ID {
 		if known || !newMember {
-			return nil, false, nil, Errorf(CodeFencedInstanceID, "instance %q belongs to member %q, not %q", m.InstanceID, byInst.ID, m.ID)
+			return nil, false, nil, errcode.Errorf(errcode.FencedInstanceID, "instance %q belongs to member %q, not %q", m.InstanceID, byInst.ID, m.ID)
 		}
 		replaced = byInst
 	}
 	if known && old.InstanceID != m.InstanceID {
-		return nil, false, nil, Errorf(CodeFencedInstanceID, "member %q has instance_id %q, request says %q", m.ID, old.InstanceID, m.InstanceID)
+		return nil, false, nil, errcode.Errorf(errcode.FencedInstanceID, "member %q has instance_id %q, request says %q", m.ID, old.InstanceID, m.InstanceID)
 	}
 	if !known && replaced == nil && !newMember {
-		return nil, false, nil, Errorf(CodeUnknownMemberID, "member %q is not in group %q", m.ID, g.ID)
+		return nil, false, nil, errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", m.ID, g.ID)
 	}
 	return old, known, replaced, nil
 }
@@ -169,7 +170,7 @@ func identifyCaller(g *Group, m *Member, newMember bool) (old *Member, known boo
 // checkCompatible checks that m can share g with every other member
 // (ignoring m itself and replaced): the same protocol type and at least one
 // protocol they all support. A member alone in its group may change both.
-func checkCompatible(g *Group, m, replaced *Member, protocolType string) *ProtocolError {
+func checkCompatible(g *Group, m, replaced *Member, protocolType string) *errcode.ProtocolError {
 	others := 0
 	for _, o := range g.Members {
 		if o.ID == m.ID || (replaced != nil && o.ID == replaced.ID) {
@@ -181,10 +182,10 @@ func checkCompatible(g *Group, m, replaced *Member, protocolType string) *Protoc
 		return nil
 	}
 	if g.ProtocolType != protocolType {
-		return Errorf(CodeInconsistentGroupProtocol, "group %q uses protocol type %q, member asks for %q", g.ID, g.ProtocolType, protocolType)
+		return errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q uses protocol type %q, member asks for %q", g.ID, g.ProtocolType, protocolType)
 	}
 	if len(commonProtocols(g, m, replaced)) == 0 {
-		return Errorf(CodeInconsistentGroupProtocol, "member %q shares no protocol with every member of group %q", m.ID, g.ID)
+		return errcode.Errorf(errcode.InconsistentGroupProtocol, "member %q shares no protocol with every member of group %q", m.ID, g.ID)
 	}
 	return nil
 }
@@ -294,13 +295,13 @@ func (s *State) completeJoinCmd(now int64, c *fsmv1.CompleteJoin) *ApplyResult {
 	}
 	g, ok := s.groups[c.GetGroupId()]
 	if !ok {
-		return fail(Errorf(CodeStaleCommand, "group %q does not exist", c.GetGroupId()))
+		return fail(errcode.Errorf(errcode.StaleCommand, "group %q does not exist", c.GetGroupId()))
 	}
 	if g.State != PreparingRebalance || g.Generation != c.GetGeneration() {
-		return &ApplyResult{Group: g, Err: Errorf(CodeStaleCommand, "group %q is %s at generation %d, not rebalancing generation %d", g.ID, g.State, g.Generation, c.GetGeneration())}
+		return &ApplyResult{Group: g, Err: errcode.Errorf(errcode.StaleCommand, "group %q is %s at generation %d, not rebalancing generation %d", g.ID, g.State, g.Generation, c.GetGeneration())}
 	}
 	if c.GetInitialDelay() && (g.InitialDelayUntilMs == 0 || g.InitialDelayUntilMs > now) {
-		return &ApplyResult{Group: g, Err: Errorf(CodeStaleCommand, "group %q initial delay runs until %d, now is %d", g.ID, g.InitialDelayUntilMs, now)}
+		return &ApplyResult{Group: g, Err: errcode.Errorf(errcode.StaleCommand, "group %q initial delay runs until %d, now is %d", g.ID, g.InitialDelayUntilMs, now)}
 	}
 	g, _ = s.mutableGroup(g.ID)
 	sa := s.completeJoin(now, g)
@@ -387,7 +388,7 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 		return fail(err)
 	}
 	if len(c.GetMembers()) == 0 {
-		return fail(Errorf(CodeInvalidArgument, "remove names no members"))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "remove names no members"))
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	res := &ApplyResult{Members: make([]MemberResult, len(c.GetMembers()))}
@@ -423,26 +424,26 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 }
 
 // checkRemove decides whether one member may be removed: an error value of
-// type *ProtocolError, or nil.
+// type *errcode.ProtocolError, or nil.
 func checkRemove(g *Group, exists bool, ref *fsmv1.MemberRef) error {
 	if ref.GetMemberId() == "" && ref.GetInstanceId() == "" {
-		return Errorf(CodeInvalidArgument, "member names neither member_id nor instance_id")
+		return errcode.Errorf(errcode.InvalidArgument, "member names neither member_id nor instance_id")
 	}
 	if !exists {
-		return Errorf(CodeUnknownMemberID, "group does not exist")
+		return errcode.Errorf(errcode.UnknownMemberID, "group does not exist")
 	}
 	if ref.GetMemberId() == "" {
 		if _, ok := g.MemberByInstance(ref.GetInstanceId()); !ok {
-			return Errorf(CodeUnknownMemberID, "no member has instance_id %q", ref.GetInstanceId())
+			return errcode.Errorf(errcode.UnknownMemberID, "no member has instance_id %q", ref.GetInstanceId())
 		}
 		return nil
 	}
 	m, ok := g.Member(ref.GetMemberId())
 	if !ok {
-		return Errorf(CodeUnknownMemberID, "member %q is not in group %q", ref.GetMemberId(), g.ID)
+		return errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", ref.GetMemberId(), g.ID)
 	}
 	if ref.GetInstanceId() != "" && m.InstanceID != ref.GetInstanceId() {
-		return Errorf(CodeFencedInstanceID, "member %q has instance_id %q, request says %q", m.ID, m.InstanceID, ref.GetInstanceId())
+		return errcode.Errorf(errcode.FencedInstanceID, "member %q has instance_id %q, request says %q", m.ID, m.InstanceID, ref.GetInstanceId())
 	}
 	return nil
 }

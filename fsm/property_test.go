@@ -9,6 +9,7 @@ import (
 
 	"github.com/cohortlabs/cohort/assign"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"pgregory.net/rapid"
 )
@@ -327,11 +328,11 @@ func TestProperty_RandomCommandsKeepInvariants(t *testing.T) {
 		}
 		for i := cut; i < len(log); i++ {
 			res := restored.ApplyEntry(uint64(i+1), log[i])
-			if CodeOf(res.Err) != CodeOf(results[i].Err) || res.JoinCompleted != results[i].JoinCompleted {
+			if errcode.Of(res.Err) != errcode.Of(results[i].Err) || res.JoinCompleted != results[i].JoinCompleted {
 				rt.Fatalf("entry %d after restore: %v completed=%v, originally %v completed=%v", i, res.Err, res.JoinCompleted, results[i].Err, results[i].JoinCompleted)
 			}
 			for j := range res.Partitions {
-				if CodeOf(res.Partitions[j].Err) != CodeOf(results[i].Partitions[j].Err) {
+				if errcode.Of(res.Partitions[j].Err) != errcode.Of(results[i].Partitions[j].Err) {
 					rt.Fatalf("entry %d partition %d after restore: %v, originally %v", i, j, res.Partitions[j].Err, results[i].Partitions[j].Err)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cohortlabs/cohort/assign"
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
@@ -53,15 +54,15 @@ func ServerAssignors() []string {
 // CheckServerProtocols reports whether every protocol a member of a
 // server-side group names is an assignor the FSM can run:
 // INCONSISTENT_GROUP_PROTOCOL otherwise.
-func CheckServerProtocols(memberID string, names []string) *ProtocolError {
+func CheckServerProtocols(memberID string, names []string) *errcode.ProtocolError {
 	for _, name := range names {
 		if name == assign.NameCooperativeSticky {
-			return Errorf(CodeInconsistentGroupProtocol,
+			return errcode.Errorf(errcode.InconsistentGroupProtocol,
 				"member %q: protocol type %q supports eager assignors only (%s), not %q: use protocol type \"consumer\" for cooperative rebalancing",
 				memberID, ServerProtocolType, strings.Join(ServerAssignors(), ", "), name)
 		}
 		if !slices.Contains(ServerAssignors(), name) {
-			return Errorf(CodeInconsistentGroupProtocol, "member %q: protocol type %q needs assignors the coordinator implements (%s), not %q",
+			return errcode.Errorf(errcode.InconsistentGroupProtocol, "member %q: protocol type %q needs assignors the coordinator implements (%s), not %q",
 				memberID, ServerProtocolType, strings.Join(ServerAssignors(), ", "), name)
 		}
 	}
@@ -70,7 +71,7 @@ func CheckServerProtocols(memberID string, names []string) *ProtocolError {
 
 // checkServerJoin is joinMember's hook: the protocols of a server-side
 // member must be assignors the FSM runs.
-func checkServerJoin(protocolType string, m *Member) *ProtocolError {
+func checkServerJoin(protocolType string, m *Member) *errcode.ProtocolError {
 	if protocolType != ServerProtocolType {
 		return nil
 	}

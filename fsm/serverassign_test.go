@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cohortlabs/cohort/assign"
+	"github.com/cohortlabs/cohort/errcode"
 )
 
 func serverJoin(group, member string, protocols []string, metadata string, newMember bool) join {
@@ -72,7 +73,7 @@ func Test_ServerSide_JoinCompletionAssignsAndGoesStable(t *testing.T) {
 	// SyncGroup (from anyone) is a retry answered from Stable; commits are
 	// fenced by the FSM's plan.
 	h.ok(at(5, syncCmd{group: "g", generation: 2, member: "b"}))
-	if r := h.ok(at(6, commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{3, 0}, offset: 7})); r.Partitions[0].Err != nil || CodeOf(r.Partitions[1].Err) != CodeNotOwner {
+	if r := h.ok(at(6, commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{3, 0}, offset: 7})); r.Partitions[0].Err != nil || errcode.Of(r.Partitions[1].Err) != errcode.NotOwner {
 		t.Fatalf("commit: %v %v", r.Partitions[0].Err, r.Partitions[1].Err)
 	}
 }
@@ -187,8 +188,8 @@ func Test_ServerSide_UndecodableMetadataIsNoClaimAndIsReported(t *testing.T) {
 func Test_ServerSide_RefusesCooperativeAndUnknownAssignors(t *testing.T) {
 	h := newHarness(t)
 	for _, protocols := range [][]string{{"cooperative-sticky"}, {"sticky", "cooperative-sticky"}, {"my-own"}} {
-		res := h.refused(at(1, serverJoin("g", "a", protocols, "", true)), CodeInconsistentGroupProtocol)
-		wantCode(t, res.Err, CodeInconsistentGroupProtocol)
+		res := h.refused(at(1, serverJoin("g", "a", protocols, "", true)), errcode.InconsistentGroupProtocol)
+		wantCode(t, res.Err, errcode.InconsistentGroupProtocol)
 	}
 	// The same protocols are fine for a client-side group.
 	h.ok(at(2, join{group: "g", member: "a", topics: []string{"t"}, protocols: []string{"cooperative-sticky"}, newMember: true}))

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
@@ -13,22 +14,22 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 	}
 	g, ok := s.groups[c.GetGroupId()]
 	if !ok {
-		return fail(Errorf(CodeUnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
 	}
 	if _, ok := g.Member(c.GetMemberId()); !ok {
-		return fail(Errorf(CodeUnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID))
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID))
 	}
 	if c.GetGeneration() != g.Generation {
-		return fail(Errorf(CodeIllegalGeneration, "group %q is at generation %d, sync names %d", g.ID, g.Generation, c.GetGeneration()))
+		return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q is at generation %d, sync names %d", g.ID, g.Generation, c.GetGeneration()))
 	}
 	switch g.State {
 	case PreparingRebalance:
-		return fail(Errorf(CodeRebalanceInProgress, "group %q is rebalancing", g.ID))
+		return fail(errcode.Errorf(errcode.RebalanceInProgress, "group %q is rebalancing", g.ID))
 	case Stable:
 		return &ApplyResult{Group: g} // a retried sync: the plan is already in place
 	}
 	if g.LeaderID != c.GetMemberId() {
-		return fail(Errorf(CodeInvalidAssignment, "member %q is not the leader of group %q (the leader is %q)", c.GetMemberId(), g.ID, g.LeaderID))
+		return fail(errcode.Errorf(errcode.InvalidAssignment, "member %q is not the leader of group %q (the leader is %q)", c.GetMemberId(), g.ID, g.LeaderID))
 	}
 	plan, perr := s.validatePlan(g, c.GetAssignments())
 	if perr != nil {
@@ -44,26 +45,26 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 }
 
 // validatePlan checks a leader's plan and returns it in canonical form.
-func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[string]Assignment, *ProtocolError) {
+func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[string]Assignment, *errcode.ProtocolError) {
 	out := make(map[string]Assignment, len(plan))
 	owners := map[string][]string{} // topic → partition → owning member
 	for _, ma := range plan {
 		m, ok := g.Member(ma.GetMemberId())
 		if !ok {
-			return nil, Errorf(CodeInvalidAssignment, "plan names member %q, which is not in generation %d of group %q", ma.GetMemberId(), g.Generation, g.ID)
+			return nil, errcode.Errorf(errcode.InvalidAssignment, "plan names member %q, which is not in generation %d of group %q", ma.GetMemberId(), g.Generation, g.ID)
 		}
 		if _, dup := out[m.ID]; dup {
-			return nil, Errorf(CodeInvalidAssignment, "plan names member %q twice", m.ID)
+			return nil, errcode.Errorf(errcode.InvalidAssignment, "plan names member %q twice", m.ID)
 		}
 		a := Assignment{UserData: slices.Clone(ma.GetAssignment().GetUserData())}
 		for _, t := range ma.GetAssignment().GetTopics() {
 			topic := t.GetTopic()
 			n, ok := s.topics[topic]
 			if !ok {
-				return nil, Errorf(CodeInvalidAssignment, "plan gives member %q topic %q, which does not exist", m.ID, topic)
+				return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives member %q topic %q, which does not exist", m.ID, topic)
 			}
 			if !m.Subscribes(topic) {
-				return nil, Errorf(CodeInvalidAssignment, "plan gives member %q topic %q, to which it does not subscribe", m.ID, topic)
+				return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives member %q topic %q, to which it does not subscribe", m.ID, topic)
 			}
 			owner := owners[topic]
 			if owner == nil {
@@ -72,10 +73,10 @@ func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[stri
 			}
 			for _, p := range t.GetPartitions() {
 				if p < 0 || p >= n {
-					return nil, Errorf(CodeInvalidAssignment, "plan gives member %q partition %s/%d; topic %q has partitions 0..%d", m.ID, topic, p, topic, n-1)
+					return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives member %q partition %s/%d; topic %q has partitions 0..%d", m.ID, topic, p, topic, n-1)
 				}
 				if prev := owner[p]; prev != "" {
-					return nil, Errorf(CodeInvalidAssignment, "plan gives partition %s/%d to both %q and %q", topic, p, prev, m.ID)
+					return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives partition %s/%d to both %q and %q", topic, p, prev, m.ID)
 				}
 				owner[p] = m.ID
 			}

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
@@ -12,13 +13,13 @@ func (s *State) createTopic(c *fsmv1.CreateTopic) *ApplyResult {
 		return fail(err)
 	}
 	if c.GetPartitions() <= 0 || c.GetPartitions() > MaxTopicPartitions {
-		return fail(Errorf(CodeInvalidPartitions, "topic %q: %d partitions is outside 1..%d", c.GetName(), c.GetPartitions(), MaxTopicPartitions))
+		return fail(errcode.Errorf(errcode.InvalidPartitions, "topic %q: %d partitions is outside 1..%d", c.GetName(), c.GetPartitions(), MaxTopicPartitions))
 	}
 	if n, ok := s.topics[c.GetName()]; ok {
 		if n == c.GetPartitions() {
 			return &ApplyResult{} // a retried create
 		}
-		return fail(Errorf(CodeTopicAlreadyExists, "topic %q exists with %d partitions", c.GetName(), n))
+		return fail(errcode.Errorf(errcode.TopicAlreadyExists, "topic %q exists with %d partitions", c.GetName(), n))
 	}
 	s.topics[c.GetName()] = c.GetPartitions()
 	return &ApplyResult{}
@@ -26,7 +27,7 @@ func (s *State) createTopic(c *fsmv1.CreateTopic) *ApplyResult {
 
 func (s *State) deleteTopic(now int64, c *fsmv1.DeleteTopic) *ApplyResult {
 	if _, ok := s.topics[c.GetName()]; !ok {
-		return fail(Errorf(CodeUnknownTopicOrPartition, "topic %q does not exist", c.GetName()))
+		return fail(errcode.Errorf(errcode.UnknownTopicOrPartition, "topic %q does not exist", c.GetName()))
 	}
 	delete(s.topics, c.GetName())
 	s.offsets.DeleteTopic(c.GetName())
@@ -37,13 +38,13 @@ func (s *State) deleteTopic(now int64, c *fsmv1.DeleteTopic) *ApplyResult {
 func (s *State) addPartitions(now int64, c *fsmv1.AddPartitions) *ApplyResult {
 	n, ok := s.topics[c.GetName()]
 	if !ok {
-		return fail(Errorf(CodeUnknownTopicOrPartition, "topic %q does not exist", c.GetName()))
+		return fail(errcode.Errorf(errcode.UnknownTopicOrPartition, "topic %q does not exist", c.GetName()))
 	}
 	switch {
 	case c.GetPartitions() == n:
 		return &ApplyResult{} // a retried add
 	case c.GetPartitions() < n || c.GetPartitions() > MaxTopicPartitions:
-		return fail(Errorf(CodeInvalidPartitions, "topic %q has %d partitions; the new count %d must be larger and at most %d", c.GetName(), n, c.GetPartitions(), MaxTopicPartitions))
+		return fail(errcode.Errorf(errcode.InvalidPartitions, "topic %q has %d partitions; the new count %d must be larger and at most %d", c.GetName(), n, c.GetPartitions(), MaxTopicPartitions))
 	}
 	s.topics[c.GetName()] = c.GetPartitions()
 	s.rebalanceSubscribers(now, c.GetName())

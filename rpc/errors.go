@@ -4,30 +4,32 @@ import (
 	"context"
 	"errors"
 
-	"github.com/cohortlabs/cohort/coordinator"
-	"github.com/cohortlabs/cohort/fsm"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cohortlabs/cohort/coordinator"
+	"github.com/cohortlabs/cohort/errcode"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of Cohort's errors.
 const ErrorDomain = "cohort.v1"
 
 // grpcCode is the gRPC status code each protocol error travels with.
-func grpcCode(c fsm.Code) codes.Code {
+func grpcCode(c errcode.Code) codes.Code {
 	switch c {
-	case fsm.CodeInvalidArgument, fsm.CodeInvalidAssignment, fsm.CodeInvalidSessionTimeout, fsm.CodeInvalidPartitions:
+	case errcode.InvalidArgument, errcode.InvalidAssignment, errcode.InvalidSessionTimeout, errcode.InvalidPartitions:
 		return codes.InvalidArgument
-	case fsm.CodeGroupIDNotFound, fsm.CodeUnknownTopicOrPartition:
+	case errcode.GroupIDNotFound, errcode.UnknownTopicOrPartition:
 		return codes.NotFound
-	case fsm.CodeTopicAlreadyExists:
+	case errcode.TopicAlreadyExists:
 		return codes.AlreadyExists
-	case fsm.CodeGroupMaxSizeReached:
+	case errcode.GroupMaxSizeReached:
 		return codes.ResourceExhausted
-	case fsm.CodeNotLeader, fsm.CodeCoordinatorNotAvailable, fsm.CodeNotCoordinator:
+	case errcode.NotLeader, errcode.CoordinatorNotAvailable, errcode.NotCoordinator:
+		// A leadership change in transit: clients resend elsewhere.
 		return codes.Unavailable
-	case fsm.CodeStaleCommand:
+	case errcode.StaleCommand:
 		return codes.Aborted
 	}
 	// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
@@ -35,6 +37,16 @@ func grpcCode(c fsm.Code) codes.Code {
 	// INCONSISTENT_GROUP_PROTOCOL: the request was fine, the group's state
 	// says no.
 	return codes.FailedPrecondition
+}
+
+// protocolCode returns the protocol code err goes out with, errcode.Unknown
+// when it has none (it then goes out as Internal). Errors of other packages
+// that stand for a protocol code are translated here, so that every
+// refusal, whoever made it, reaches clients as one errcode: a Raft layer's
+// lost leader, for one, must go out as errcode.NotLeader (Unavailable with
+// reason NOT_LEADER), which clients resend on the leader.
+func protocolCode(err error) errcode.Code {
+	return errcode.Of(err)
 }
 
 // toStatus converts an engine error to a gRPC status error whose ErrorInfo
@@ -49,18 +61,30 @@ func toStatus(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return status.FromContextError(err).Err()
 	}
-	var pe *fsm.ProtocolError
-	if !errors.As(err, &pe) {
+	code := protocolCode(err)
+	if _, ok := errcode.Lookup(code); !ok {
 		return status.Error(codes.Internal, err.Error())
 	}
-	info := &errdetails.ErrorInfo{Reason: pe.Code.String(), Domain: ErrorDomain}
+	// The message is the refusal itself ("NAME: what was wrong"), without
+	// the wrapping callers added on the way out.
+	var msg string
+	var pe *errcode.ProtocolError
+	switch {
+	case errors.As(err, &pe):
+		msg = pe.Error()
+	case err.Error() == code.String():
+		msg = err.Error()
+	default:
+		msg = code.String() + ": " + err.Error()
+	}
+	info := &errdetails.ErrorInfo{Reason: code.String(), Domain: ErrorDomain}
 	var mid *coordinator.MemberIDRequiredError
 	if errors.As(err, &mid) {
 		info.Metadata = map[string]string{"member_id": mid.MemberID}
 	}
-	st, derr := status.New(grpcCode(pe.Code), pe.Error()).WithDetails(info)
+	st, derr := status.New(grpcCode(code), msg).WithDetails(info)
 	if derr != nil {
-		return status.Error(grpcCode(pe.Code), pe.Error())
+		return status.Error(grpcCode(code), msg)
 	}
 	return st.Err()
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cohortlabs/cohort/coordinator"
-	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -21,12 +21,12 @@ func TestToStatus_ProtocolErrorsCarryReasonAndCode(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{fsm.Errorf(fsm.CodeIllegalGeneration, "gen 3, request 2"), codes.FailedPrecondition, "ILLEGAL_GENERATION"},
-		{fsm.Errorf(fsm.CodeInvalidArgument, "group_id is empty"), codes.InvalidArgument, "INVALID_ARGUMENT"},
-		{fsm.Errorf(fsm.CodeNotLeader, "no leader"), codes.Unavailable, "NOT_LEADER"},
-		{fsm.Errorf(fsm.CodeTopicAlreadyExists, "t"), codes.AlreadyExists, "TOPIC_ALREADY_EXISTS"},
-		{fsm.Errorf(fsm.CodeGroupMaxSizeReached, "full"), codes.ResourceExhausted, "GROUP_MAX_SIZE_REACHED"},
-		{fmt.Errorf("wrapped: %w", fsm.Errorf(fsm.CodeNotOwner, "x")), codes.FailedPrecondition, "NOT_OWNER"},
+		{errcode.Errorf(errcode.IllegalGeneration, "gen 3, request 2"), codes.FailedPrecondition, "ILLEGAL_GENERATION"},
+		{errcode.Errorf(errcode.InvalidArgument, "group_id is empty"), codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{errcode.Errorf(errcode.NotLeader, "no leader"), codes.Unavailable, "NOT_LEADER"},
+		{errcode.Errorf(errcode.TopicAlreadyExists, "t"), codes.AlreadyExists, "TOPIC_ALREADY_EXISTS"},
+		{errcode.Errorf(errcode.GroupMaxSizeReached, "full"), codes.ResourceExhausted, "GROUP_MAX_SIZE_REACHED"},
+		{fmt.Errorf("wrapped: %w", errcode.Errorf(errcode.NotOwner, "x")), codes.FailedPrecondition, "NOT_OWNER"},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, ""},
 		{errors.New("disk on fire"), codes.Internal, ""},
 	}
@@ -42,7 +42,7 @@ func TestToStatus_ProtocolErrorsCarryReasonAndCode(t *testing.T) {
 }
 
 func TestToStatus_MemberIDRequiredCarriesTheID(t *testing.T) {
-	err := toStatus(&coordinator.MemberIDRequiredError{ProtocolError: fsm.Errorf(fsm.CodeMemberIDRequired, "join again"), MemberID: "c-123"})
+	err := toStatus(&coordinator.MemberIDRequiredError{ProtocolError: errcode.Errorf(errcode.MemberIDRequired, "join again"), MemberID: "c-123"})
 	st, _ := status.FromError(err)
 	var info *errdetails.ErrorInfo
 	for _, d := range st.Details() {
@@ -68,10 +68,61 @@ func TestNewResponse_FindsTheMethodsOutputType(t *testing.T) {
 	}
 }
 
-func TestErrorCodeEnum_MatchesEveryProtocolCodeName(t *testing.T) {
-	for c := fsm.CodeNone; c.String() != fmt.Sprintf("CODE_%d", int32(c)); c++ {
-		if got := coordinator.ErrorCode(c); got.String() != "ERROR_CODE_"+c.String() {
-			t.Errorf("code %s maps to %s", c, got)
+// The gRPC code of every protocol error is part of the wire contract.
+func TestGRPCCode_EveryProtocolCode(t *testing.T) {
+	want := map[errcode.Code]codes.Code{
+		errcode.InvalidArgument:           codes.InvalidArgument,
+		errcode.UnknownMemberID:           codes.FailedPrecondition,
+		errcode.IllegalGeneration:         codes.FailedPrecondition,
+		errcode.RebalanceInProgress:       codes.FailedPrecondition,
+		errcode.NotOwner:                  codes.FailedPrecondition,
+		errcode.InvalidAssignment:         codes.InvalidArgument,
+		errcode.InconsistentGroupProtocol: codes.FailedPrecondition,
+		errcode.FencedInstanceID:          codes.FailedPrecondition,
+		errcode.GroupIDNotFound:           codes.NotFound,
+		errcode.NonEmptyGroup:             codes.FailedPrecondition,
+		errcode.UnknownTopicOrPartition:   codes.NotFound,
+		errcode.TopicAlreadyExists:        codes.AlreadyExists,
+		errcode.InvalidPartitions:         codes.InvalidArgument,
+		errcode.CoordinatorNotAvailable:   codes.Unavailable,
+		errcode.NotCoordinator:            codes.Unavailable,
+		errcode.MemberIDRequired:          codes.FailedPrecondition,
+		errcode.GroupMaxSizeReached:       codes.ResourceExhausted,
+		errcode.InvalidSessionTimeout:     codes.InvalidArgument,
+		errcode.NotLeader:                 codes.Unavailable,
+		errcode.StaleCommand:              codes.Aborted,
+	}
+	for _, c := range errcode.Codes()[1:] {
+		w, ok := want[c]
+		if !ok {
+			t.Errorf("code %s: no gRPC code pinned in this test", c)
+			continue
+		}
+		err := toStatus(errcode.Errorf(c, "m"))
+		if status.Code(err) != w || Reason(err) != c.String() {
+			t.Errorf("%s goes out as %s reason %q, want %s", c, status.Code(err), Reason(err), w)
+		}
+		if st, _ := status.FromError(err); st.Message() != c.String()+": m" {
+			t.Errorf("%s message %q", c, st.Message())
+		}
+	}
+}
+
+// A bare sentinel or another package's coded error goes out like a
+// detailed one, its message prefixed with the name as the server's are.
+func TestToStatus_CodedErrorsThatAreNotProtocolErrors(t *testing.T) {
+	for _, c := range []struct {
+		err error
+		msg string
+	}{
+		{errcode.ErrNotLeader, "NOT_LEADER"},
+		{fmt.Errorf("apply: %w", errcode.ErrNotLeader), "NOT_LEADER: apply: NOT_LEADER"},
+		{fmt.Errorf("wrapped: %w", errcode.Errorf(errcode.NotOwner, "x")), "NOT_OWNER: x"},
+	} {
+		err := toStatus(c.err)
+		st, _ := status.FromError(err)
+		if st.Message() != c.msg || Reason(err) != errcode.Of(c.err).String() {
+			t.Errorf("toStatus(%v) = %q reason %q", c.err, st.Message(), Reason(err))
 		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/errcode"
 )
 
 // Header and metadata keys.
@@ -132,10 +132,10 @@ func (f *Forwarder) UnaryInterceptor(ctx context.Context, req any, info *grpc.Un
 	}
 	in, _ := metadata.FromIncomingContext(ctx)
 	if len(in.Get(forwardedKey)) > 0 {
-		return nil, toStatus(fsm.Errorf(fsm.CodeNotLeader, "a node forwarded this request here, but this node does not lead (leader now: %q)", leader))
+		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "a node forwarded this request here, but this node does not lead (leader now: %q)", leader))
 	}
 	if leader == "" {
-		return nil, toStatus(fsm.Errorf(fsm.CodeNotLeader, "no raft leader is known (election in progress or no quorum); retry shortly"))
+		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "no raft leader is known (election in progress or no quorum); retry shortly"))
 	}
 	out, err := newResponse(info.FullMethod)
 	if err != nil {
@@ -143,13 +143,13 @@ func (f *Forwarder) UnaryInterceptor(ctx context.Context, req any, info *grpc.Un
 	}
 	conn, err := f.conn(leader)
 	if err != nil {
-		return nil, toStatus(fsm.Errorf(fsm.CodeNotLeader, "%v", err))
+		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "%v", err))
 	}
 	md := metadata.Pairs(forwardedKey, "1", clientHostKey, ClientHost(ctx))
 	octx := metadata.NewOutgoingContext(ctx, md)
 	if err := conn.Invoke(octx, info.FullMethod, req, out); err != nil {
 		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && Reason(err) == "" {
-			return nil, toStatus(fsm.Errorf(fsm.CodeNotLeader, "forwarding to leader %s: %v", leader, st.Message()))
+			return nil, toStatus(errcode.Errorf(errcode.NotLeader, "forwarding to leader %s: %v", leader, st.Message()))
 		}
 		return nil, err
 	}
