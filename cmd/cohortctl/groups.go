@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cohortlabs/cohort/errcode/wire"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -234,7 +235,8 @@ func groupsDeleteCommand(g *globals) *cobra.Command {
 			for _, r := range resp.GetGroups() {
 				res := "deleted"
 				if r.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
-					res = fmt.Sprintf("%s: %s", strings.TrimPrefix(r.GetError().String(), "ERROR_CODE_"), r.GetErrorMessage())
+					code, _ := wire.FromEnum(r.GetError())
+					res = fmt.Sprintf("%s: %s", code, r.GetErrorMessage())
 					failed = append(failed, r.GetGroupId()+" ("+res+")")
 				}
 				rows = append(rows, []string{r.GetGroupId(), res})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode/wire"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -121,7 +122,8 @@ the cluster refuses once the group has members again.`,
 			for _, p := range resp.GetPartitions() {
 				res := "reset to " + strconv.FormatInt(to, 10)
 				if p.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
-					res = fmt.Sprintf("%s: %s", strings.TrimPrefix(p.GetError().String(), "ERROR_CODE_"), p.GetErrorMessage())
+					code, _ := wire.FromEnum(p.GetError())
+					res = fmt.Sprintf("%s: %s", code, p.GetErrorMessage())
 					failed = append(failed, fmt.Sprintf("%s-%d (%s)", p.GetTopic(), p.GetPartition(), res))
 				}
 				rows = append(rows, []string{group, p.GetTopic(), strconv.Itoa(int(p.GetPartition())), res})
