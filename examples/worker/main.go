@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,6 +55,8 @@ func main() {
 		Topics:     []string{*topic},
 		// A static member leaves on Close too: this worker stops for good.
 		LeaveStaticOnClose: true,
+		// Retries and a failed leave are warnings; info logs each step.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if *assignor != "" {
 		cfg.Protocols = []string{*assignor}
