@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // ProcessOptions configure a cluster of real cohortd processes.
@@ -31,23 +31,18 @@ type Processes struct {
 	opts  ProcessOptions
 	addrs []string
 	args  [][]string
+	ports *proc.Reservation
+	logs  []*proc.Log // node<i>.log, across restarts
 
 	mu    sync.Mutex
-	procs []*process
-}
-
-type process struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // valid after exited is closed
-	log    *os.File
+	procs []*proc.Process
 }
 
 var _ Cluster = (*Processes)(nil)
 
 // StartProcesses starts Size cohortd processes forming one cluster with
 // --bootstrap-expect and waits until its leader serves. Each process gets
-// SIGKILL if this process dies (Linux parent-death signal), so a crashed
+// SIGKILL if this process dies (proc's parent-death signal), so a crashed
 // benchmark leaves no nodes behind.
 func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error) {
 	if opts.Size == 0 {
@@ -59,26 +54,32 @@ func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error
 	if _, err := os.Stat(opts.Binary); err != nil {
 		return nil, fmt.Errorf("cohortd binary: %w (run `make build`)", err)
 	}
-	ports, err := freePorts(3 * opts.Size)
+	ports, err := proc.ReservePorts(3 * opts.Size)
 	if err != nil {
 		return nil, err
 	}
-	c := &Processes{opts: opts, procs: make([]*process, opts.Size)}
+	c := &Processes{opts: opts, ports: ports, procs: make([]*proc.Process, opts.Size)}
 	for i := range opts.Size {
-		c.addrs = append(c.addrs, fmt.Sprintf("127.0.0.1:%d", ports[3*i]))
+		c.addrs = append(c.addrs, ports.Addr(3*i))
 	}
 	for i := range opts.Size {
 		args := []string{
-			"--node-id", fmt.Sprintf("node%d", i+1),
-			"--data-dir", filepath.Join(opts.Dir, fmt.Sprintf("node%d", i+1)),
-			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			"--node-id", nodeName(i),
+			"--data-dir", filepath.Join(opts.Dir, nodeName(i)),
+			"--raft-addr", ports.Addr(3*i + 1),
 			"--grpc-addr", c.addrs[i],
-			"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+			"--http-addr", ports.Addr(3*i + 2),
 			"--bootstrap-expect", fmt.Sprint(opts.Size),
 			"--join", strings.Join(c.addrs, ","),
 			"--log-level", "warn",
 		}
 		c.args = append(c.args, append(args, opts.Args...))
+		log, err := proc.OpenLog(c.logPath(i), 0)
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c.logs = append(c.logs, log)
 	}
 	for i := range opts.Size {
 		if _, err := c.start(i); err != nil {
@@ -99,24 +100,17 @@ func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error
 	return c, nil
 }
 
-func (c *Processes) start(i int) (*process, error) {
-	log, err := os.OpenFile(filepath.Join(c.opts.Dir, fmt.Sprintf("node%d.log", i+1)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func nodeName(i int) string { return fmt.Sprintf("node%d", i+1) }
+
+func (c *Processes) logPath(i int) string {
+	return filepath.Join(c.opts.Dir, nodeName(i)+".log")
+}
+
+func (c *Processes) start(i int) (*proc.Process, error) {
+	p, err := proc.Start(proc.Spec{Name: nodeName(i), Path: c.opts.Binary, Args: c.args[i], Log: c.logs[i]})
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(c.opts.Binary, c.args[i]...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = log.Close()
-		return nil, fmt.Errorf("start node %d: %w", i+1, err)
-	}
-	p := &process{cmd: cmd, exited: make(chan struct{}), log: log}
-	go func() {
-		p.err = cmd.Wait()
-		_ = log.Close()
-		close(p.exited)
-	}()
 	c.mu.Lock()
 	c.procs[i] = p
 	c.mu.Unlock()
@@ -131,7 +125,7 @@ func (c *Processes) Pid(i int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p := c.procs[i]; p != nil {
-		return p.cmd.Process.Pid
+		return p.Pid()
 	}
 	return 0
 }
@@ -141,18 +135,10 @@ func (c *Processes) Live(i int) bool {
 	c.mu.Lock()
 	p := c.procs[i]
 	c.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
+	return p != nil && !p.Exited()
 }
 
-func (c *Processes) take(i int) (*process, error) {
+func (c *Processes) take(i int) (*proc.Process, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.procs[i]
@@ -169,11 +155,7 @@ func (c *Processes) Kill(i int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 node %d: %w", i+1, err)
-	}
-	<-p.exited
-	return nil
+	return p.Kill()
 }
 
 // Stop sends SIGTERM to node i (a leader transfers leadership, then the
@@ -184,20 +166,7 @@ func (c *Processes) Stop(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("SIGTERM node %d: %w", i+1, err)
-	}
-	select {
-	case <-p.exited:
-		if p.err != nil {
-			return fmt.Errorf("node %d after SIGTERM: %w", i+1, p.err)
-		}
-		return nil
-	case <-ctx.Done():
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-		return fmt.Errorf("node %d did not stop after SIGTERM: %w; killed", i+1, ctx.Err())
-	}
+	return p.Stop(ctx)
 }
 
 // Restart starts node i again with the same flags and data dir.
@@ -212,7 +181,7 @@ func (c *Processes) Restart(ctx context.Context, i int) error {
 			return err
 		}
 		select {
-		case <-p.exited:
+		case <-p.Done():
 			c.mu.Lock()
 			c.procs[i] = nil
 			c.mu.Unlock()
@@ -221,13 +190,14 @@ func (c *Processes) Restart(ctx context.Context, i int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("restart node %d: %w (see %s)", i+1, ctx.Err(), filepath.Join(c.opts.Dir, fmt.Sprintf("node%d.log", i+1)))
+			return fmt.Errorf("restart node %d: %w (see %s)", i+1, ctx.Err(), c.logPath(i))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// Close stops every live node with SIGTERM (SIGKILL after 15 s).
+// Close stops every live node with SIGTERM (SIGKILL after 15 s), closes
+// the node logs and gives the ports back.
 func (c *Processes) Close() error {
 	var errs []error
 	for i := range c.procs {
@@ -238,5 +208,9 @@ func (c *Processes) Close() error {
 		errs = append(errs, c.Stop(ctx, i))
 		cancel()
 	}
+	for _, l := range c.logs {
+		errs = append(errs, l.Close())
+	}
+	c.ports.Release()
 	return errors.Join(errs...)
 }
