@@ -94,12 +94,17 @@ var (
 	ErrAlreadyRunning = errors.New("cohort: member already running")
 )
 
+// ErrorCode returns the protocol code err carries: from an *Error of this
+// package, any errcode.Coder, or the ErrorInfo of a raw gRPC status (calls
+// made with the generated clients directly). It is errcode.None for nil and
+// errcode.Unknown for an error without a code this client knows.
+func ErrorCode(err error) errcode.Code { return errcode.Of(fromStatus(err)) }
+
 // Reason returns the protocol error name carried by err ("" if none): the
-// name of its errcode (from an *Error of this package, an ErrorInfo of a raw
-// gRPC status from the generated clients, or any errcode.Coder), or the raw
-// ErrorInfo reason when this client does not know the code.
+// name of its ErrorCode, or the raw ErrorInfo reason when this client does
+// not know the code.
 func Reason(err error) string {
-	if c := errcode.Of(fromStatus(err)); c != errcode.None && c != errcode.Unknown {
+	if c := ErrorCode(err); c != errcode.None && c != errcode.Unknown {
 		return c.String()
 	}
 	return errorInfoReason(err)

@@ -79,6 +79,9 @@ func Test_Error_IsAndReason(t *testing.T) {
 	if r := Reason(protoErr(codes.FailedPrecondition, "SOMETHING_NEW", nil)); r != "SOMETHING_NEW" {
 		t.Fatalf("an unknown reason is still reported: %q", r)
 	}
+	if ErrorCode(errIllegalGen) != errcode.IllegalGeneration || ErrorCode(errNodeDown) != errcode.Unknown || ErrorCode(nil) != errcode.None {
+		t.Fatal("ErrorCode of raw statuses")
+	}
 	if Reason(errNodeDown) != "" || Reason(nil) != "" {
 		t.Fatal("Reason of an error without ErrorInfo")
 	}

@@ -616,7 +616,7 @@ func (m *Member) forgetMemberID() {
 // configuration or identity is refused for good. Without a protocol code,
 // the gRPC status says whether the call itself was wrong.
 func fatal(err error) bool {
-	if c := errcode.Of(fromStatus(err)); c != errcode.Unknown {
+	if c := ErrorCode(err); c != errcode.Unknown {
 		if c.Retriable() {
 			return false
 		}

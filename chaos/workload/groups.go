@@ -285,14 +285,15 @@ func (w *Groups) interceptor(inc *incarnation) grpc.UnaryClientInterceptor {
 			return errCrashed
 		}
 		start := w.Rec.Now()
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		var c call
+		err := invoker(ctx, method, req, reply, cc, append(opts, c.options()...)...)
 		if inc.crashed.Load() && err == nil {
 			// Answered after the crash: the dead process never saw it.
 			return errCrashed
 		}
 		e := history.Entry{Type: history.TypeOp, Process: inc.proc, Start: start, End: w.Rec.Now(), Node: cc.Target(),
 			Group: inc.group, Instance: inc.instance, Incarnation: inc.name}
-		e.Outcome, e.Error = classifyStatus(err), errString(err)
+		e.Outcome, e.Error = classify(err, &c), errString(err)
 		switch r := req.(type) {
 		case *cohortv1.JoinGroupRequest:
 			e.F = history.FJoin
@@ -344,8 +345,6 @@ func (w *Groups) interceptor(inc *incarnation) grpc.UnaryClientInterceptor {
 		return err
 	}
 }
-
-func classifyStatus(err error) history.Outcome { return classify(err) }
 
 func partitions(a *cohortv1.Assignment) []history.Partition {
 	out := []history.Partition{}

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -83,7 +84,7 @@ func createTopic(ctx context.Context, endpoints []string, name string, partition
 	defer cancel()
 	for {
 		_, err := conn.Topics().CreateTopic(cctx, &cohortv1.CreateTopicRequest{Name: name, Partitions: partitions})
-		if err == nil || client.Reason(err) == "TOPIC_ALREADY_EXISTS" {
+		if err == nil || errors.Is(err, client.ErrTopicAlreadyExists) {
 			return nil
 		}
 		if cctx.Err() != nil {
@@ -189,13 +190,14 @@ func (w *Offsets) write(ctx context.Context, groups cohortv1.GroupCoordinatorCli
 	e := history.Entry{Type: history.TypeOp, Process: proc, F: history.FWrite, Node: endpoint,
 		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Value: history.Int64(v), Start: w.Rec.Now()}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
+	var c call
 	resp, err := groups.OffsetCommit(cctx, &cohortv1.OffsetCommitRequest{
 		GroupId: k.Group, Generation: -1,
 		Offsets: []*cohortv1.OffsetCommitPartition{{Topic: k.Topic, Partition: k.Partition, Offset: v}},
-	})
+	}, c.options()...)
 	cancel()
 	e.End = w.Rec.Now()
-	e.Outcome, e.Error = classify(err), errString(err)
+	e.Outcome, e.Error = classify(err, &c), errString(err)
 	if err == nil && !isFinalProc(proc) {
 		w.ok(proc)
 	}
@@ -213,15 +215,16 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 	e := history.Entry{Type: history.TypeOp, Process: proc, F: history.FRead, Node: endpoint, Final: final,
 		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Start: w.Rec.Now()}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
+	var c call
 	resp, err := groups.OffsetFetch(cctx, &cohortv1.OffsetFetchRequest{
 		GroupId: k.Group, Partitions: []*cohortv1.TopicPartitions{{Topic: k.Topic, Partitions: []int32{k.Partition}}},
-	})
+	}, c.options()...)
 	cancel()
 	e.End = w.Rec.Now()
 	if err != nil {
 		// A read that did not answer constrains nothing.
 		e.Outcome, e.Error = history.Fail, errString(err)
-		if classify(err) == history.Info {
+		if classify(err, &c) == history.Info {
 			e.Outcome = history.Info
 		}
 		w.Rec.Add(e)

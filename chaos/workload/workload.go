@@ -15,14 +15,13 @@
 package workload
 
 import (
-	"errors"
-	"strings"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/cohortlabs/cohort/chaos/history"
 	"github.com/cohortlabs/cohort/client"
+	"github.com/cohortlabs/cohort/errcode"
 )
 
 // Topics the workloads create.
@@ -31,45 +30,61 @@ const (
 	GroupsTopic  = "chaos-groups"
 )
 
-// refusals are protocol answers that say the request did not happen.
-var refusals = []string{
-	"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS", "FENCED_INSTANCE_ID",
-	"MEMBER_ID_REQUIRED", "INCONSISTENT_GROUP_PROTOCOL", "INVALID_SESSION_TIMEOUT", "GROUP_MAX_SIZE_REACHED",
-	"INVALID_ASSIGNMENT", "NOT_OWNER", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_ARGUMENT", "GROUP_ID_NOT_FOUND",
-	"NON_EMPTY_GROUP", "COORDINATOR_NOT_AVAILABLE",
+// call is what one gRPC call learns besides its error; pass options() to
+// the call.
+type call struct {
+	peer            peer.Peer
+	header, trailer metadata.MD
 }
 
-// classify turns a write's error into an outcome: a protocol refusal is a
-// failure; so is a request that certainly never reached a leader (the node
-// knew no leader, or could not be connected to at all). Anything else —
-// deadline, NOT_LEADER after proposing, a connection lost mid-call — is
+func (c *call) options() []grpc.CallOption {
+	return []grpc.CallOption{grpc.Peer(&c.peer), grpc.Header(&c.header), grpc.Trailer(&c.trailer)}
+}
+
+// reachedNode reports whether the call got a transport stream to a node:
+// grpc-go fills in the peer only then. Without one (connection refused, no
+// connection yet, the deadline passed while connecting) the request never
+// left this process.
+func (c *call) reachedNode() bool { return c.peer.Addr != nil }
+
+// leaderKnown reports whether the answering node named a leader: it sets
+// the cohort-leader header on every group call when it knows one, before it
+// serves or forwards the call (a trailers-only error answer carries it as a
+// trailer).
+func (c *call) leaderKnown() bool {
+	for _, md := range []metadata.MD{c.header, c.trailer} {
+		if v := md.Get(client.LeaderHeader); len(v) > 0 && v[0] != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// classify turns a write's error into an outcome. A protocol refusal is a
+// failure, except NOT_LEADER, the one code a node may answer after
+// proposing. A request that certainly never reached a leader is a failure
+// too: it never reached any node, or the node answering NOT_LEADER knew no
+// leader, so it neither served nor forwarded it. Anything else (a deadline,
+// NOT_LEADER from a node that knew a leader, a connection lost mid-call) is
 // unknown.
-func classify(err error) history.Outcome {
+func classify(err error, c *call) history.Outcome {
 	if err == nil {
 		return history.OK
 	}
-	r := reason(err)
-	for _, x := range refusals {
-		if r == x {
+	if !c.reachedNode() {
+		return history.Fail
+	}
+	switch client.ErrorCode(err) {
+	case errcode.Unknown:
+		return history.Info
+	case errcode.NotLeader:
+		if !c.leaderKnown() {
 			return history.Fail
 		}
+		return history.Info
 	}
-	msg := err.Error()
-	if r == "NOT_LEADER" && (strings.Contains(msg, "no raft leader is known") || strings.Contains(msg, "this node is not the raft leader")) {
-		return history.Fail
-	}
-	if st, ok := status.FromError(errors.Unwrap(err)); ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection refused") {
-		return history.Fail
-	}
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection refused") {
-		return history.Fail
-	}
-	return history.Info
+	return history.Fail
 }
-
-// reason is the protocol error name of a client library error or of a raw
-// gRPC status with a google.rpc.ErrorInfo.
-func reason(err error) string { return client.Reason(err) }
 
 func errString(err error) string {
 	if err == nil {
