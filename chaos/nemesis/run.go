@@ -10,8 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/cohortlabs/cohort/chaos/cluster"
 	"github.com/cohortlabs/cohort/chaos/history"
+	"github.com/cohortlabs/cohort/client"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 // Runner injects a schedule's faults into a cluster.
@@ -252,20 +257,30 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 	return a, err
 }
 
-// removeNode takes a node out of the raft configuration with cohortctl,
-// waits for it to stop itself (kills it if it lingers) and wipes its data.
+// removeNode takes a node out of the raft configuration (the Cluster
+// service's RemoveServer, the call `cohortctl cluster remove` makes; called
+// directly so that a refusal's gRPC code can be read), waits for it to stop
+// itself (kills it if it lingers) and wipes its data.
 func (r *Runner) removeNode(ctx context.Context, n *cluster.Node) error {
-	// A remove is refused while the rest would lack a healthy quorum (a
-	// node just restarted or resumed by the previous fault): wait for health
-	// rather than skip the fault.
+	conn, err := client.Dial(client.ConnConfig{Endpoints: r.C.Endpoints(), RequestTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	admin := cohortv1.NewClusterServiceClient(conn)
+	// A remove is refused (FailedPrecondition) while the rest would lack a
+	// healthy quorum (a node just restarted or resumed by the previous
+	// fault): wait for health rather than skip the fault.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, err := r.C.Ctl(ctx, "cluster", "remove", n.ID)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := admin.RemoveServer(cctx, &cohortv1.RemoveServerRequest{NodeId: n.ID})
+		cancel()
 		if err == nil {
 			break
 		}
-		if !strings.Contains(err.Error(), "FailedPrecondition") || time.Now().After(deadline) {
-			return err
+		if status.Code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
+			return fmt.Errorf("remove %s: %w", n.ID, err)
 		}
 		select {
 		case <-ctx.Done():
