@@ -28,7 +28,7 @@ func testCtx(t *testing.T) context.Context {
 func cluster(t *testing.T) *testcluster.Cluster {
 	t.Helper()
 	cfg := testcluster.DefaultCoordinator()
-	cfg.NoInitialDelay, cfg.InitialRebalanceDelay = false, 200*time.Millisecond
+	cfg.InitialRebalanceDelay = 200 * time.Millisecond
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
 	createTopic(t, c, "t", 6)
 	return c
@@ -36,7 +36,7 @@ func cluster(t *testing.T) *testcluster.Cluster {
 
 func Test_Group_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *testing.T) {
 	cfg := testcluster.DefaultCoordinator()
-	cfg.NoInitialDelay, cfg.InitialRebalanceDelay = false, 300*time.Millisecond
+	cfg.InitialRebalanceDelay = 300 * time.Millisecond
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
 	createTopic(t, c, "t", 6)
 	ctx := testCtx(t)

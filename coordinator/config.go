@@ -1,34 +1,15 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 )
 
-// Defaults for Config, following Kafka's broker defaults where Kafka has one.
-const (
-	// DefaultInitialRebalanceDelay is Kafka's group.initial.rebalance.delay.ms.
-	DefaultInitialRebalanceDelay = 3 * time.Second
-	// DefaultMinSessionTimeout and DefaultMaxSessionTimeout are Kafka's
-	// group.min.session.timeout.ms and group.max.session.timeout.ms.
-	DefaultMinSessionTimeout = 6 * time.Second
-	DefaultMaxSessionTimeout = 30 * time.Minute
-	// DefaultTick is how often deadlines are checked: the precision of
-	// session expiry and rebalance timeouts.
-	DefaultTick = 50 * time.Millisecond
-	// DefaultBarrierTimeout bounds one attempt at the leadership barrier.
-	DefaultBarrierTimeout = 30 * time.Second
-	// DefaultOffsetsRetention and DefaultOffsetsRetentionCheckInterval are
-	// Kafka's offsets.retention.minutes (7 days) and
-	// offsets.retention.check.interval.ms (10 minutes).
-	DefaultOffsetsRetention              = 7 * 24 * time.Hour
-	DefaultOffsetsRetentionCheckInterval = 10 * time.Minute
-)
-
 // Limits bound what one request may carry; each is checked before anything
 // is proposed, and a violation is InvalidArgument naming the field and the
-// limit. Zero fields take the defaults of DefaultLimits.
+// limit. Every limit must be positive: start from DefaultLimits.
 type Limits struct {
 	MaxGroupIDBytes        int
 	MaxMemberIDBytes       int
@@ -47,108 +28,105 @@ type Limits struct {
 
 // DefaultLimits are generous for real consumers and small enough that one
 // request cannot make the replicated state unreasonable.
-var DefaultLimits = Limits{
-	MaxGroupIDBytes:        255,
-	MaxMemberIDBytes:       255,
-	MaxInstanceIDBytes:     255,
-	MaxClientIDBytes:       255,
-	MaxProtocols:           16,
-	MaxMetadataBytes:       64 << 10,
-	MaxAssignmentBytes:     1 << 20,
-	MaxMembersPerGroup:     10000,
-	MaxTopicsPerMember:     10000,
-	MaxTopicNameBytes:      249, // Kafka's limit
-	MaxPartitionsPerTopic:  1 << 16,
-	MaxOffsetsPerCommit:    100000,
-	MaxOffsetMetadataBytes: 4096, // Kafka's offset.metadata.max.bytes
+func DefaultLimits() Limits {
+	return Limits{
+		MaxGroupIDBytes:        255,
+		MaxMemberIDBytes:       255,
+		MaxInstanceIDBytes:     255,
+		MaxClientIDBytes:       255,
+		MaxProtocols:           16,
+		MaxMetadataBytes:       64 << 10,
+		MaxAssignmentBytes:     1 << 20,
+		MaxMembersPerGroup:     10000,
+		MaxTopicsPerMember:     10000,
+		MaxTopicNameBytes:      249, // Kafka's limit
+		MaxPartitionsPerTopic:  1 << 16,
+		MaxOffsetsPerCommit:    100000,
+		MaxOffsetMetadataBytes: 4096, // Kafka's offset.metadata.max.bytes
+	}
 }
 
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
-	pick := func(v, def int) int {
-		if v > 0 {
-			return v
+// Validate checks that every limit is positive.
+func (l Limits) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxGroupIDBytes", l.MaxGroupIDBytes},
+		{"MaxMemberIDBytes", l.MaxMemberIDBytes},
+		{"MaxInstanceIDBytes", l.MaxInstanceIDBytes},
+		{"MaxClientIDBytes", l.MaxClientIDBytes},
+		{"MaxProtocols", l.MaxProtocols},
+		{"MaxMetadataBytes", l.MaxMetadataBytes},
+		{"MaxAssignmentBytes", l.MaxAssignmentBytes},
+		{"MaxMembersPerGroup", l.MaxMembersPerGroup},
+		{"MaxTopicsPerMember", l.MaxTopicsPerMember},
+		{"MaxTopicNameBytes", l.MaxTopicNameBytes},
+		{"MaxPartitionsPerTopic", int(l.MaxPartitionsPerTopic)},
+		{"MaxOffsetsPerCommit", l.MaxOffsetsPerCommit},
+		{"MaxOffsetMetadataBytes", l.MaxOffsetMetadataBytes},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("coordinator: limit %s is %d; it must be positive (start from DefaultLimits)", f.name, f.v)
 		}
-		return def
 	}
-	l.MaxGroupIDBytes = pick(l.MaxGroupIDBytes, d.MaxGroupIDBytes)
-	l.MaxMemberIDBytes = pick(l.MaxMemberIDBytes, d.MaxMemberIDBytes)
-	l.MaxInstanceIDBytes = pick(l.MaxInstanceIDBytes, d.MaxInstanceIDBytes)
-	l.MaxClientIDBytes = pick(l.MaxClientIDBytes, d.MaxClientIDBytes)
-	l.MaxProtocols = pick(l.MaxProtocols, d.MaxProtocols)
-	l.MaxMetadataBytes = pick(l.MaxMetadataBytes, d.MaxMetadataBytes)
-	l.MaxAssignmentBytes = pick(l.MaxAssignmentBytes, d.MaxAssignmentBytes)
-	l.MaxMembersPerGroup = pick(l.MaxMembersPerGroup, d.MaxMembersPerGroup)
-	l.MaxTopicsPerMember = pick(l.MaxTopicsPerMember, d.MaxTopicsPerMember)
-	l.MaxTopicNameBytes = pick(l.MaxTopicNameBytes, d.MaxTopicNameBytes)
-	l.MaxOffsetsPerCommit = pick(l.MaxOffsetsPerCommit, d.MaxOffsetsPerCommit)
-	l.MaxOffsetMetadataBytes = pick(l.MaxOffsetMetadataBytes, d.MaxOffsetMetadataBytes)
-	if l.MaxPartitionsPerTopic <= 0 {
-		l.MaxPartitionsPerTopic = d.MaxPartitionsPerTopic
-	}
-	return l
+	return nil
 }
 
-// Config configures an Engine. Zero fields take the defaults above.
+// Config configures an Engine. Start from DefaultConfig and change what
+// differs: no field has a zero-means-default meaning, and Validate refuses
+// what is not usable.
 type Config struct {
 	// InitialRebalanceDelay holds the first rebalance of an empty group open
-	// for more members (Kafka's group.initial.rebalance.delay.ms). Set
-	// NoInitialDelay to turn it off.
+	// for more members (Kafka's group.initial.rebalance.delay.ms; default
+	// 3 s). Zero means no delay.
 	InitialRebalanceDelay time.Duration
-	NoInitialDelay        bool
-	MinSessionTimeout     time.Duration
-	MaxSessionTimeout     time.Duration
-	Tick                  time.Duration
-	BarrierTimeout        time.Duration
+	// MinSessionTimeout and MaxSessionTimeout bound the session timeout a
+	// member may ask for (Kafka's group.min.session.timeout.ms and
+	// group.max.session.timeout.ms; default 6 s and 30 min).
+	MinSessionTimeout time.Duration
+	MaxSessionTimeout time.Duration
+	// Tick is how often deadlines are checked: the precision of session
+	// expiry and rebalance timeouts (default 50 ms).
+	Tick time.Duration
+	// BarrierTimeout bounds one attempt at the leadership barrier, and each
+	// command the engine proposes on its own (expiry, join completion,
+	// retention sweep) (default 30 s).
+	BarrierTimeout time.Duration
 	// OffsetsRetention is how long the offsets of a group without members
-	// are kept (after the later of the commit and the group becoming
-	// empty); the leader sweeps every OffsetsRetentionCheckInterval.
+	// are kept, after the later of the commit and the group becoming empty
+	// (Kafka's offsets.retention.minutes; default 7 days); the leader sweeps
+	// every OffsetsRetentionCheckInterval (Kafka's
+	// offsets.retention.check.interval.ms; default 10 min).
 	OffsetsRetention              time.Duration
 	OffsetsRetentionCheckInterval time.Duration
-	Limits                        Limits
-	Logger                        *slog.Logger
-	// Now is the clock (tests may replace it); defaults to time.Now.
+	// Limits bound one request (default DefaultLimits).
+	Limits Limits
+	// Logger receives the engine's events (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now; tests may replace it).
 	Now func() time.Time
 }
 
-func (c Config) withDefaults() Config {
-	if c.InitialRebalanceDelay == 0 && !c.NoInitialDelay {
-		c.InitialRebalanceDelay = DefaultInitialRebalanceDelay
+// DefaultConfig is the engine's configuration with every default filled,
+// following Kafka's broker defaults where Kafka has one.
+func DefaultConfig() Config {
+	return Config{
+		InitialRebalanceDelay:         3 * time.Second,
+		MinSessionTimeout:             6 * time.Second,
+		MaxSessionTimeout:             30 * time.Minute,
+		Tick:                          50 * time.Millisecond,
+		BarrierTimeout:                30 * time.Second,
+		OffsetsRetention:              7 * 24 * time.Hour,
+		OffsetsRetentionCheckInterval: 10 * time.Minute,
+		Limits:                        DefaultLimits(),
+		Logger:                        slog.Default(),
+		Now:                           time.Now,
 	}
-	if c.NoInitialDelay {
-		c.InitialRebalanceDelay = 0
-	}
-	if c.MinSessionTimeout == 0 {
-		c.MinSessionTimeout = DefaultMinSessionTimeout
-	}
-	if c.MaxSessionTimeout == 0 {
-		c.MaxSessionTimeout = DefaultMaxSessionTimeout
-	}
-	if c.Tick == 0 {
-		c.Tick = DefaultTick
-	}
-	if c.BarrierTimeout == 0 {
-		c.BarrierTimeout = DefaultBarrierTimeout
-	}
-	if c.OffsetsRetention == 0 {
-		c.OffsetsRetention = DefaultOffsetsRetention
-	}
-	if c.OffsetsRetentionCheckInterval == 0 {
-		c.OffsetsRetentionCheckInterval = DefaultOffsetsRetentionCheckInterval
-	}
-	c.Limits = c.Limits.withDefaults()
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return c
 }
 
-// Validate checks the configuration once at start.
+// Validate checks the configuration once at start. It changes nothing.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	switch {
 	case c.InitialRebalanceDelay < 0:
 		return fmt.Errorf("coordinator: initial rebalance delay %v is negative", c.InitialRebalanceDelay)
@@ -156,8 +134,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator: session timeout bounds [%v, %v] are not a valid range", c.MinSessionTimeout, c.MaxSessionTimeout)
 	case c.Tick <= 0:
 		return fmt.Errorf("coordinator: tick %v must be positive", c.Tick)
+	case c.BarrierTimeout <= 0:
+		return fmt.Errorf("coordinator: barrier timeout %v must be positive", c.BarrierTimeout)
 	case c.OffsetsRetention < time.Millisecond || c.OffsetsRetentionCheckInterval <= 0:
 		return fmt.Errorf("coordinator: offsets retention %v (checked every %v) must be at least 1ms and the interval positive", c.OffsetsRetention, c.OffsetsRetentionCheckInterval)
+	case c.Logger == nil:
+		return errors.New("coordinator: Logger is nil (start from DefaultConfig)")
+	case c.Now == nil:
+		return errors.New("coordinator: Now is nil (start from DefaultConfig)")
 	}
-	return nil
+	return c.Limits.Validate()
 }

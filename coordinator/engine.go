@@ -54,7 +54,6 @@ func New(cfg Config, r Raft, f *fsm.FSM) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	e := &Engine{
 		cfg:   cfg,
 		raft:  r,

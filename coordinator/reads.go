@@ -18,6 +18,10 @@ import (
 // flight waits for the next round, which starts as soon as the current one
 // ends; a round that started before a read arrived cannot vouch for it (a
 // newer leader may have committed in between).
+//
+// A round lasts as long as some read waits for it: each read bounds its own
+// wait with its context, and the round's VerifyLeader is cancelled once the
+// last of its reads has given up.
 type readBarrier struct {
 	raft     Raft
 	mu       sync.Mutex
@@ -29,6 +33,18 @@ type readBarrier struct {
 type verifyRound struct {
 	done chan struct{}
 	err  error
+	// ctx carries the reads' wait to VerifyLeader; cancel ends it when
+	// waiting, the number of reads still waiting, drops to zero.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	waiting int
+}
+
+// newVerifyRound makes a round for the read whose context is ctx; it keeps
+// ctx's values, not its cancellation, since later reads share it.
+func newVerifyRound(ctx context.Context) *verifyRound {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return &verifyRound{done: make(chan struct{}), ctx: rctx, cancel: cancel}
 }
 
 // wait returns once a read arriving now may be served from the local FSM.
@@ -38,19 +54,21 @@ func (b *readBarrier) wait(ctx context.Context) error {
 	var r *verifyRound
 	switch {
 	case b.inflight == nil:
-		r = &verifyRound{done: make(chan struct{})}
+		r = newVerifyRound(ctx)
 		b.inflight = r
 		go b.run(r)
-	case b.next == nil:
-		b.next = &verifyRound{done: make(chan struct{})}
+	case b.next == nil || b.next.waiting == 0: // none yet, or every read gave up on it
+		b.next = newVerifyRound(ctx)
 		r = b.next
 	default:
 		r = b.next
 	}
+	r.waiting++
 	b.mu.Unlock()
 	select {
 	case <-r.done:
 	case <-ctx.Done():
+		b.leave(r)
 		return errcode.Errorf(errcode.NotLeader, "confirming leadership for a linearizable read: %v", ctx.Err())
 	}
 	if r.err != nil {
@@ -66,14 +84,26 @@ func (b *readBarrier) wait(ctx context.Context) error {
 	return nil
 }
 
+// leave records that a read stopped waiting for r; the last one out ends it.
+func (b *readBarrier) leave(r *verifyRound) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r.waiting--
+	if r.waiting == 0 {
+		r.cancel()
+	}
+}
+
 func (b *readBarrier) run(r *verifyRound) {
 	for r != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		r.err = b.raft.VerifyLeader(ctx)
-		cancel()
+		r.err = b.raft.VerifyLeader(r.ctx)
+		r.cancel()
 		close(r.done)
 		b.mu.Lock()
 		b.rounds++
+		if b.next != nil && b.next.waiting == 0 {
+			b.next = nil // every read waiting for it gave up
+		}
 		b.inflight, b.next = b.next, nil
 		r = b.inflight
 		b.mu.Unlock()

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,12 +16,13 @@ import (
 
 // fakeRaft counts VerifyLeader rounds and lets the test hold each round open.
 type fakeRaft struct {
-	rounds  atomic.Int64
-	started chan int64    // the number of each round as it starts
-	release chan struct{} // one value lets one round finish
-	err     error
-	commit  atomic.Uint64
-	applied atomic.Uint64
+	rounds    atomic.Int64
+	started   chan int64    // the number of each round as it starts
+	release   chan struct{} // one value lets one round finish
+	err       error
+	cancelled atomic.Int64 // rounds whose context ended first
+	commit    atomic.Uint64
+	applied   atomic.Uint64
 }
 
 func (f *fakeRaft) Apply(context.Context, *fsmv1.Command) (*fsm.ApplyResult, error) {
@@ -30,10 +32,15 @@ func (f *fakeRaft) Barrier(context.Context) error { return nil }
 func (f *fakeRaft) IsLeader() bool                { return true }
 func (f *fakeRaft) CommitIndex() uint64           { return f.commit.Load() }
 func (f *fakeRaft) AppliedIndex() uint64          { return f.applied.Load() }
-func (f *fakeRaft) VerifyLeader(context.Context) error {
+func (f *fakeRaft) VerifyLeader(ctx context.Context) error {
 	f.started <- f.rounds.Add(1)
-	<-f.release
-	return f.err
+	select {
+	case <-f.release:
+		return f.err
+	case <-ctx.Done():
+		f.cancelled.Add(1)
+		return ctx.Err()
+	}
 }
 
 func TestReadBarrier_ReadsShareTheNextRound(t *testing.T) {
@@ -104,5 +111,77 @@ func TestReadBarrier_WaitsForApplyAndReportsLostLeadership(t *testing.T) {
 	f.release <- struct{}{}
 	if err := b.wait(ctx); errcode.Of(err) != errcode.NotLeader {
 		t.Fatalf("read after a failed VerifyLeader: %v, want NOT_LEADER", err)
+	}
+}
+
+// A round's VerifyLeader is cancelled once every read waiting for it has
+// given up, and a read arriving after that gets a round of its own rather
+// than the abandoned one.
+func TestReadBarrier_RoundEndsWhenItsReadsGiveUp(t *testing.T) {
+	f := &fakeRaft{started: make(chan int64, 10), release: make(chan struct{})}
+	b := &readBarrier{raft: f}
+	live, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	queuedFor := func(n int) func() (bool, string) {
+		return func() (bool, string) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.next == nil {
+				return n == 0, "no next round"
+			}
+			return b.next.waiting == n, fmt.Sprintf("%d reads wait for the next round", b.next.waiting)
+		}
+	}
+
+	// Round 1 is held open; its only read gives up later.
+	ctx1, giveUp1 := context.WithCancel(live)
+	first := make(chan error, 1)
+	go func() { first <- b.wait(ctx1) }()
+	if r := <-f.started; r != 1 {
+		t.Fatalf("first round is %d", r)
+	}
+	// A read queues for round 2 and gives up before it starts.
+	ctx2, giveUp2 := context.WithCancel(live)
+	second := make(chan error, 1)
+	go func() { second <- b.wait(ctx2) }()
+	pollUntil(t, "a read to queue for round 2", queuedFor(1))
+	giveUp2()
+	if err := <-second; errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("read that gave up: %v, want NOT_LEADER", err)
+	}
+	// A read with time left queues for a fresh round 2.
+	third := make(chan error, 1)
+	go func() { third <- b.wait(live) }()
+	pollUntil(t, "a read to queue for a fresh round 2", queuedFor(1))
+
+	giveUp1()
+	if err := <-first; errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("read that gave up: %v, want NOT_LEADER", err)
+	}
+	if r := <-f.started; r != 2 {
+		t.Fatalf("second round is %d", r)
+	}
+	if n := f.cancelled.Load(); n != 1 {
+		t.Fatalf("%d rounds cancelled, want round 1 only", n)
+	}
+	f.release <- struct{}{}
+	if err := <-third; err != nil {
+		t.Fatalf("read on its own round: %v", err)
+	}
+}
+
+// pollUntil polls cond until it holds, failing the test after 5 s.
+func pollUntil(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %s", what, state)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -163,12 +163,13 @@ func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, e
 	t := &target{kind: kind}
 	switch kind {
 	case "inprocess":
+		// cohortd's defaults, with the initial rebalance delay off as the
+		// issue's benchmarks ask.
+		cc := coordinator.DefaultConfig()
+		cc.InitialRebalanceDelay = 0
+		cc.Logger = g.logger()
 		c, err := benchcluster.StartInProcess(sctx, benchcluster.InProcessOptions{
-			Dir: dir,
-			// cohortd's defaults, with the initial rebalance delay off as
-			// the benchmarks ask.
-			Coordinator: coordinator.Config{NoInitialDelay: true, Logger: g.logger()},
-			Logger:      g.logger(),
+			Dir: dir, Coordinator: cc, Logger: g.logger(),
 		})
 		if err != nil {
 			cleanup()

@@ -96,12 +96,13 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.Uint64Var(&o.trailingLogs, "raft-trailing-logs", raftnode.DefaultTrailingLogs, "log entries kept after a snapshot")
 	f.IntVar(&o.maxAppendEntries, "raft-max-append-entries", raftnode.DefaultMaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
-	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", coordinator.DefaultInitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
-	f.DurationVar(&o.minSession, "min-session-timeout", coordinator.DefaultMinSessionTimeout, "smallest session timeout a member may ask for")
-	f.DurationVar(&o.maxSession, "max-session-timeout", coordinator.DefaultMaxSessionTimeout, "largest session timeout a member may ask for")
-	f.IntVar(&o.maxGroupSize, "max-group-size", coordinator.DefaultLimits.MaxMembersPerGroup, "members a group may have")
-	f.DurationVar(&o.offsetsRetention, "offsets-retention", coordinator.DefaultOffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
-	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", coordinator.DefaultOffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
+	cd := coordinator.DefaultConfig()
+	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
+	f.DurationVar(&o.minSession, "min-session-timeout", cd.MinSessionTimeout, "smallest session timeout a member may ask for")
+	f.DurationVar(&o.maxSession, "max-session-timeout", cd.MaxSessionTimeout, "largest session timeout a member may ask for")
+	f.IntVar(&o.maxGroupSize, "max-group-size", cd.Limits.MaxMembersPerGroup, "members a group may have")
+	f.DurationVar(&o.offsetsRetention, "offsets-retention", cd.OffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
+	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", cd.OffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
 	f.StringVar(&o.adminToken, "admin-token", "", "require this token (authorization: Bearer <token>) on every admin RPC; set it whenever the gRPC port is reachable from a shared network")
 	f.Uint64Var(&o.promoteMaxLag, "promote-max-lag", raftnode.DefaultPromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
 	f.DurationVar(&o.healthyLastContact, "healthy-last-contact", raftnode.DefaultHealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
@@ -206,15 +207,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 			Autopilot:          o.autopilot,
 			Logger:             log,
 		},
-		Coordinator: coordinator.Config{
-			InitialRebalanceDelay:         o.initialDelay,
-			NoInitialDelay:                o.initialDelay == 0,
-			MinSessionTimeout:             o.minSession,
-			MaxSessionTimeout:             o.maxSession,
-			OffsetsRetention:              o.offsetsRetention,
-			OffsetsRetentionCheckInterval: o.retentionCheck,
-			Limits:                        coordinator.Limits{MaxMembersPerGroup: o.maxGroupSize},
-		},
+		Coordinator:  o.coordinatorConfig(log),
 		GRPCListener: grpcLis,
 		Logger:       log,
 	})
@@ -272,6 +265,18 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 // readiness is what /readyz needs from the node.
 type readiness interface {
 	Ready() (bool, string)
+}
+
+// coordinatorConfig is the engine's configuration: its defaults with the
+// flags applied.
+func (o options) coordinatorConfig(log *slog.Logger) coordinator.Config {
+	c := coordinator.DefaultConfig()
+	c.InitialRebalanceDelay = o.initialDelay
+	c.MinSessionTimeout, c.MaxSessionTimeout = o.minSession, o.maxSession
+	c.OffsetsRetention, c.OffsetsRetentionCheckInterval = o.offsetsRetention, o.retentionCheck
+	c.Limits.MaxMembersPerGroup = o.maxGroupSize
+	c.Logger = log
+	return c
 }
 
 func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {

@@ -21,7 +21,8 @@ type InProcessOptions struct {
 	Size int
 	// Dir holds node<i>/ data dirs. Required.
 	Dir string
-	// Coordinator is every node's engine configuration.
+	// Coordinator is every node's engine configuration: start from
+	// coordinator.DefaultConfig.
 	Coordinator coordinator.Config
 	// Raft adjusts node i's raft configuration; by default each node runs
 	// raftnode's defaults, the ones cohortd uses.

@@ -26,17 +26,24 @@ import (
 
 // Options tune a cluster.
 type Options struct {
-	// Coordinator is each node's engine configuration. Tests usually want
-	// a short tick and low session-timeout bound; see DefaultCoordinator.
+	// Coordinator is each node's engine configuration: start from
+	// DefaultCoordinator (a short tick, a low session-timeout bound) and
+	// change what the test needs.
 	Coordinator coordinator.Config
 	// Raft adjusts each node's raft configuration before start.
 	Raft func(i int, c *raftnode.Config)
 }
 
-// DefaultCoordinator is an engine configuration for fast tests: no initial
-// delay, 10 ms deadline precision, sessions from 100 ms.
+// DefaultCoordinator is an engine configuration for fast tests: the
+// engine's defaults with no initial delay, 10 ms deadline precision,
+// sessions from 100 ms, and logs through Logger.
 func DefaultCoordinator() coordinator.Config {
-	return coordinator.Config{NoInitialDelay: true, Tick: 10 * time.Millisecond, MinSessionTimeout: 100 * time.Millisecond}
+	c := coordinator.DefaultConfig()
+	c.InitialRebalanceDelay = 0
+	c.Tick = 10 * time.Millisecond
+	c.MinSessionTimeout = 100 * time.Millisecond
+	c.Logger = Logger()
+	return c
 }
 
 // Node is one member of a test cluster.
