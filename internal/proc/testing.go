@@ -1,6 +1,9 @@
 package proc
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // TB is the part of testing.TB the test conveniences use; *testing.T and
 // *testing.B satisfy it. It is declared here so that the package does not
@@ -72,10 +75,16 @@ func PortRunT(t TB, n int) int {
 	return r.Ports[0]
 }
 
+// BuildTimeout bounds one `go build` of the test conveniences: a cold
+// build cache under load takes minutes, a hung toolchain forever.
+const BuildTimeout = 10 * time.Minute
+
 // BuildT is Build of one package for a test.
 func (b *Builds) BuildT(t TB, pkg string) string {
 	t.Helper()
-	bins, err := b.Build(context.Background(), pkg)
+	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
+	defer cancel()
+	bins, err := b.Build(ctx, pkg)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}

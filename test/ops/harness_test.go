@@ -32,9 +32,12 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	var builds proc.Builds
-	bins, err := builds.Build(context.Background(), "github.com/cohortlabs/cohort/cmd/cohortd", "github.com/cohortlabs/cohort/cmd/cohortctl")
+	ctx, cancel := context.WithTimeout(context.Background(), proc.BuildTimeout)
+	bins, err := builds.Build(ctx, "github.com/cohortlabs/cohort/cmd/cohortd", "github.com/cohortlabs/cohort/cmd/cohortctl")
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		_ = builds.Close()
 		os.Exit(1)
 	}
 	cohortdBin, cohortctlBin = bins[0], bins[1]
