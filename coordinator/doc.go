@@ -12,4 +12,7 @@
 // locally. The FSM is the authority on the protocol rules; the engine checks
 // early only what is not the FSM's (limits, session-timeout bounds, pending
 // IDs) and decides when to answer.
+//
+// It knows Raft only through its Raft interface and a channel of leadership
+// changes (Run), and never imports raftnode: server wires the two together.
 package coordinator

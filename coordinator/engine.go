@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -9,11 +10,13 @@ import (
 	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
-	"github.com/cohortlabs/cohort/raftnode"
 )
 
 // Raft is what the engine needs of the Raft node.
 type Raft interface {
+	// Apply proposes cmd and waits for its result. An error that wraps
+	// ErrNotProposed or ErrOutcomeUnknown says what became of the command;
+	// any other error is passed to the caller as it is.
 	Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error)
 	Barrier(ctx context.Context) error
 	VerifyLeader(ctx context.Context) error
@@ -21,6 +24,18 @@ type Raft interface {
 	CommitIndex() uint64
 	AppliedIndex() uint64
 }
+
+// What became of a command Raft.Apply failed to apply. The engine answers
+// both NOT_LEADER; they differ in what the caller is told about its write.
+var (
+	// ErrNotProposed: this node does not lead, so the command was not
+	// proposed.
+	ErrNotProposed = errors.New("not proposed")
+	// ErrOutcomeUnknown: the command was proposed, then this node lost
+	// leadership or shut down; it may or may not be committed. Every
+	// command is safe to propose again.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+)
 
 type memberKey struct{ group, member string }
 
@@ -76,20 +91,23 @@ func (e *Engine) resetLocked() {
 	e.expiring = map[memberKey]bool{}
 }
 
-// Run follows the node's leadership until ctx ends: serving while leader,
-// idle otherwise.
-func (e *Engine) Run(ctx context.Context, leadership <-chan raftnode.LeadershipEvent) {
+// Run follows the node's leadership until ctx ends or leading is closed:
+// serving while leader, idle otherwise. leading delivers every change of
+// this node's Raft leadership in order, none dropped: true when it became
+// leader, false when it stopped; the first value is the leadership at the
+// time Run starts.
+func (e *Engine) Run(ctx context.Context, leading <-chan bool) {
 	for {
 		select {
 		case <-ctx.Done():
 			e.stepDown("engine stopped")
 			return
-		case ev, ok := <-leadership:
+		case isLeader, ok := <-leading:
 			if !ok {
 				e.stepDown("leadership events closed")
 				return
 			}
-			if ev.IsLeader {
+			if isLeader {
 				e.stepUp(ctx)
 			} else {
 				e.stepDown("lost leadership")

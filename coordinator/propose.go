@@ -10,7 +10,6 @@ import (
 	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
-	"github.com/cohortlabs/cohort/raftnode"
 )
 
 // propose applies a command through Raft and lets the engine see its result.
@@ -18,10 +17,10 @@ func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyRes
 	res, err := e.raft.Apply(ctx, cmd)
 	if err != nil {
 		switch {
-		case errors.Is(err, raftnode.ErrNotLeader):
+		case errors.Is(err, ErrNotProposed):
 			return nil, errcode.Errorf(errcode.NotLeader, "%v", err)
-		case errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrShutdown):
-			return nil, errcode.Errorf(errcode.NotLeader, "%v; the outcome is unknown, retry on the new leader", err)
+		case errors.Is(err, ErrOutcomeUnknown):
+			return nil, errcode.Errorf(errcode.NotLeader, "%v; retry on the new leader", err)
 		}
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/rpc"
@@ -77,7 +78,7 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := coordinator.New(cfg.Coordinator, node, f)
+	engine, err := coordinator.New(cfg.Coordinator, engineRaft{node}, f)
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return nil, err
@@ -99,11 +100,16 @@ func Start(cfg Config) (*Server, error) {
 		log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
 	}
 	sub := node.SubscribeLeadership()
-	s.done.Add(2)
+	leading := make(chan bool)
+	s.done.Add(3)
+	go func() {
+		defer s.done.Done()
+		forwardLeadership(ctx, sub, leading)
+	}()
 	go func() {
 		defer s.done.Done()
 		defer sub.Close()
-		engine.Run(ctx, sub.C())
+		engine.Run(ctx, leading)
 	}()
 	go func() {
 		defer s.done.Done()
@@ -152,6 +158,38 @@ func (s *Server) Kill() {
 		s.done.Wait()
 		s.API.Close()
 	})
+}
+
+// engineRaft is the Raft node as the engine sees it: raftnode's Apply
+// errors become what they mean for the command (coordinator.ErrNotProposed,
+// coordinator.ErrOutcomeUnknown).
+type engineRaft struct{ *raftnode.Node }
+
+func (r engineRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	res, err := r.Node.Apply(ctx, cmd)
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, raftnode.ErrNotLeader):
+		return nil, fmt.Errorf("%w: %w", coordinator.ErrNotProposed, err)
+	case errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrShutdown):
+		return nil, fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, err)
+	}
+	return nil, err
+}
+
+// forwardLeadership passes the node's leadership transitions to the
+// engine, in order, until the subscription or ctx ends; then it closes
+// leading.
+func forwardLeadership(ctx context.Context, sub *raftnode.LeadershipSubscription, leading chan<- bool) {
+	defer close(leading)
+	for ev := range sub.C() {
+		select {
+		case leading <- ev.IsLeader:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // stopGRPC drains in-flight RPCs until ctx ends, then cuts them off.
