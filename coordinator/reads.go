@@ -143,7 +143,7 @@ func (e *Engine) OffsetFetch(ctx context.Context, r *cohortv1.OffsetFetchRequest
 			}
 		}
 	}
-	if err := e.beforeRead(ctx, r.GetAllowStale()); err != nil {
+	if err := e.beforeRead(ctx, AllowsStaleRead(r)); err != nil {
 		return nil, err
 	}
 	resp := &cohortv1.OffsetFetchResponse{}
@@ -177,7 +177,7 @@ func (e *Engine) DescribeGroups(ctx context.Context, r *cohortv1.DescribeGroupsR
 			return nil, err
 		}
 	}
-	if err := e.beforeRead(ctx, r.GetAllowStale()); err != nil {
+	if err := e.beforeRead(ctx, AllowsStaleRead(r)); err != nil {
 		return nil, err
 	}
 	resp := &cohortv1.DescribeGroupsResponse{}
@@ -209,7 +209,7 @@ func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) 
 			return nil, invalid("states has %q; the states are Empty, PreparingRebalance, CompletingRebalance and Stable", st)
 		}
 	}
-	if err := e.beforeRead(ctx, r.GetAllowStale()); err != nil {
+	if err := e.beforeRead(ctx, AllowsStaleRead(r)); err != nil {
 		return nil, err
 	}
 	resp := &cohortv1.ListGroupsResponse{}

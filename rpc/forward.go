@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
 )
 
@@ -111,18 +112,13 @@ func (f *Forwarder) forwards(fullMethod string) bool {
 	return false
 }
 
-type staleReader interface{ GetAllowStale() bool }
-
 // UnaryInterceptor serves a request here when this node leads (or the
 // request accepts a stale read), and otherwise forwards it to the leader.
 func (f *Forwarder) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !f.forwards(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	stale := false
-	if r, ok := req.(staleReader); ok {
-		stale = r.GetAllowStale()
-	}
+	stale := coordinator.AllowsStaleRead(req)
 	leader := f.node.LeaderGRPCAddress()
 	if leader != "" {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(LeaderHeader, leader))
