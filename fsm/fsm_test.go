@@ -35,6 +35,7 @@ func stableGroup(t *testing.T) *harness {
 }
 
 func TestJoinSyncCommit_FullRebalanceFlow(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	g := h.group("g")
 	if g.State != Stable || g.Protocol != "range" {
@@ -58,6 +59,7 @@ func TestJoinSyncCommit_FullRebalanceFlow(t *testing.T) {
 }
 
 func TestJoin_ProtocolRules(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		cmd  *fsmv1.Command
@@ -82,6 +84,7 @@ func TestJoin_ProtocolRules(t *testing.T) {
 }
 
 func TestJoin_StableFollowerRejoinKeepsGeneration(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	res := h.ok(at(10, join{group: "g", member: "b", topics: []string{"t"}}))
 	if res.Group.State != Stable || res.Group.Generation != 2 || res.JoinCompleted {
@@ -100,6 +103,7 @@ func TestJoin_StableFollowerRejoinKeepsGeneration(t *testing.T) {
 }
 
 func TestJoin_CompletingRebalanceRetryIsIdempotent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 2}))
 	h.ok(at(2, join{group: "g", member: "a", topics: []string{"t"}, newMember: true}))
@@ -114,6 +118,7 @@ func TestJoin_CompletingRebalanceRetryIsIdempotent(t *testing.T) {
 }
 
 func TestJoin_InitialDelayHoldsBarrier(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1000, join{group: "g", member: "a", newMember: true, delayMs: 3000, rebalanceMs: 5000}))
 	g := h.group("g")
@@ -137,6 +142,7 @@ func TestJoin_InitialDelayHoldsBarrier(t *testing.T) {
 }
 
 func TestCompleteJoin_TimeoutDropsDynamicKeepsStatic(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, join{group: "g", member: "s1", instance: "i-1", topics: []string{"t"}, newMember: true}))
 	// Everyone rejoins but b; then the rebalance times out.
@@ -157,6 +163,7 @@ func TestCompleteJoin_TimeoutDropsDynamicKeepsStatic(t *testing.T) {
 }
 
 func TestStaticMember_ReplacementKeepsAssignmentWithoutRebalance(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 2}))
 	h.ok(at(2, join{group: "g", member: "s-old", instance: "i-1", topics: []string{"t"}, newMember: true}))
@@ -174,6 +181,7 @@ func TestStaticMember_ReplacementKeepsAssignmentWithoutRebalance(t *testing.T) {
 }
 
 func TestSync_ValidationNamesFirstFault(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		sync syncCmd
@@ -206,6 +214,7 @@ func TestSync_ValidationNamesFirstFault(t *testing.T) {
 }
 
 func TestSync_MembersLeftOutGetEmptyAndRetryAnswers(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, join{group: "g", member: "a", topics: []string{"t"}}))
 	h.ok(at(11, join{group: "g", member: "b", topics: []string{"t"}}))
@@ -225,6 +234,7 @@ func TestSync_MembersLeftOutGetEmptyAndRetryAnswers(t *testing.T) {
 }
 
 func TestCommit_Fencing(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		setup  func(h *harness)
@@ -282,6 +292,7 @@ func TestCommit_Fencing(t *testing.T) {
 }
 
 func TestCommit_StandaloneCreatesEmptyGroup(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 1}))
 	res := h.ok(at(2, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0}, offset: 7}))
@@ -297,6 +308,7 @@ func TestCommit_StandaloneCreatesEmptyGroup(t *testing.T) {
 }
 
 func TestRemoveMembers_LeaveRebalancesThenEmpties(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	res := h.ok(at(10, remove{group: "g", members: []string{"b", "zz"}, reason: fsmv1.RemoveReason_REMOVE_REASON_LEAVE}))
 	wantCode(t, res.Members[0].Err, errcode.None)
@@ -319,6 +331,7 @@ func TestRemoveMembers_LeaveRebalancesThenEmpties(t *testing.T) {
 }
 
 func TestRemoveMembers_LastRejoinCompletesBarrier(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, join{group: "g", member: "a", topics: []string{"t"}}))
 	// b never rejoins but leaves: the barrier now has everyone.
@@ -329,6 +342,7 @@ func TestRemoveMembers_LastRejoinCompletesBarrier(t *testing.T) {
 }
 
 func TestDeleteGroups_RefusesNonEmpty(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	res := h.ok(at(10, deleteGroups{"g"}))
 	wantCode(t, res.Groups[0].Err, errcode.NonEmptyGroup)
@@ -336,6 +350,7 @@ func TestDeleteGroups_RefusesNonEmpty(t *testing.T) {
 }
 
 func TestExpireOffsets_OnlyEmptyGroupsAfterRetention(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1}))
 	h.ok(at(10, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0}, offset: 1}))
@@ -360,6 +375,7 @@ func TestExpireOffsets_OnlyEmptyGroupsAfterRetention(t *testing.T) {
 }
 
 func TestTopics_ChangesRebalanceSubscribersAndDropOffsets(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1}))
 	h.ok(at(11, createTopic{"t", 4})) // retry of the same create succeeds
@@ -379,6 +395,7 @@ func TestTopics_ChangesRebalanceSubscribersAndDropOffsets(t *testing.T) {
 }
 
 func TestRegisterNode_Upserts(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, registerNode{"n2", "127.0.0.1:2", "127.0.0.1:12"}))
 	h.ok(at(1, registerNode{"n1", "127.0.0.1:1", "127.0.0.1:11"}))
@@ -391,6 +408,7 @@ func TestRegisterNode_Upserts(t *testing.T) {
 }
 
 func TestApply_GarbageIsTypedError(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	before := snapshotBytes(t, h.f)
 	for _, data := range [][]byte{{0xff, 0xff, 0xff}, {}, []byte("not a protobuf at all")} {
@@ -405,6 +423,7 @@ func TestApply_GarbageIsTypedError(t *testing.T) {
 }
 
 func TestSnapshot_RoundTripAndCorruption(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0, 1}, offset: 5}))
 	h.ok(at(11, registerNode{"n1", "127.0.0.1:1", "127.0.0.1:11"}))
@@ -441,6 +460,7 @@ func TestSnapshot_RoundTripAndCorruption(t *testing.T) {
 }
 
 func TestSnapshot_SharesStateCopyOnWrite(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	h.ok(at(10, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 5}))
 	snap := h.f.Snapshot()
@@ -474,6 +494,7 @@ func (b batch) set(c *fsmv1.Command) {
 }
 
 func TestBatch_AppliesEachInOrderWithOwnResult(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	res := h.ok(at(10, batch{
 		commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1},
@@ -496,6 +517,7 @@ func TestBatch_AppliesEachInOrderWithOwnResult(t *testing.T) {
 }
 
 func TestGroups_FrozenViewsNeverChange(t *testing.T) {
+	t.Parallel()
 	h := stableGroup(t)
 	// A view handed out earlier must not see later changes to its members,
 	// however the group is copied.

@@ -279,6 +279,7 @@ func snapshotOf(rt *rapid.T, f *FSM) []byte {
 }
 
 func TestProperty_RandomCommandsKeepInvariants(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
 		f := New()
 		var log [][]byte

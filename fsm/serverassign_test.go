@@ -47,6 +47,7 @@ func stableServerGroup(t *testing.T, members ...string) *harness {
 }
 
 func Test_ServerSide_JoinCompletionAssignsAndGoesStable(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 6}))
 	res := h.ok(at(2, serverJoin("g", "a", []string{"range"}, "", true)))
@@ -79,6 +80,7 @@ func Test_ServerSide_JoinCompletionAssignsAndGoesStable(t *testing.T) {
 }
 
 func Test_ServerSide_StickyKeepsTheFSMRecordOfThePreviousGeneration(t *testing.T) {
+	t.Parallel()
 	h := stableServerGroup(t, "a", "b", "c")
 	before := ownedBy(h.group("g"))
 	// A fourth member joins; everyone rejoins with no metadata at all: the
@@ -110,6 +112,7 @@ func Test_ServerSide_StickyKeepsTheFSMRecordOfThePreviousGeneration(t *testing.T
 }
 
 func Test_ServerSide_MetadataClaimsFillWhatTheRecordDoesNotPlace(t *testing.T) {
+	t.Parallel()
 	h := stableServerGroup(t, "a", "b")
 	g := h.group("g")
 	gen := g.Generation
@@ -144,6 +147,7 @@ func Test_ServerSide_MetadataClaimsFillWhatTheRecordDoesNotPlace(t *testing.T) {
 }
 
 func Test_ServerSide_MetadataClaimsAfterEveryoneLeft(t *testing.T) {
+	t.Parallel()
 	// Both members rejoin in one round (the initial delay keeps the barrier
 	// open), so their metadata claims are the only previous ownership.
 	h := newHarness(t)
@@ -173,6 +177,7 @@ func Test_ServerSide_MetadataClaimsAfterEveryoneLeft(t *testing.T) {
 }
 
 func Test_ServerSide_UndecodableMetadataIsNoClaimAndIsReported(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 4}))
 	res := h.ok(at(2, serverJoin("g", "a", []string{"sticky"}, "\x00\x00not a subscription", true)))
@@ -186,6 +191,7 @@ func Test_ServerSide_UndecodableMetadataIsNoClaimAndIsReported(t *testing.T) {
 }
 
 func Test_ServerSide_RefusesCooperativeAndUnknownAssignors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, protocols := range [][]string{{"cooperative-sticky"}, {"sticky", "cooperative-sticky"}, {"my-own"}} {
 		res := h.refused(at(1, serverJoin("g", "a", protocols, "", true)), errcode.InconsistentGroupProtocol)
@@ -199,6 +205,7 @@ func Test_ServerSide_RefusesCooperativeAndUnknownAssignors(t *testing.T) {
 }
 
 func Test_ServerSide_AssignorFailureFallsBackToRange(t *testing.T) {
+	t.Parallel()
 	// A group whose protocol the FSM cannot run (a log written before the
 	// join check, say) still gets a plan, and the fallback is reported.
 	s := NewState()
@@ -215,6 +222,7 @@ func Test_ServerSide_AssignorFailureFallsBackToRange(t *testing.T) {
 }
 
 func Test_ServerSide_TopicChangeReassigns(t *testing.T) {
+	t.Parallel()
 	h := stableServerGroup(t, "a", "b")
 	h.ok(at(30, addPartitions{"t", 16}))
 	var res *ApplyResult
@@ -303,6 +311,7 @@ func BenchmarkServerSideJoinCompletion(b *testing.B) {
 // by the property test: a CompletingRebalance group turned "server" would
 // have waited for a leader's plan forever).
 func Test_ServerSide_SoleMemberSwitchingTypeRebalances(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 4}))
 	res := h.ok(at(2, join{group: "g", member: "a", topics: []string{"t"}, protocols: []string{"range"}, newMember: true}))
