@@ -34,7 +34,7 @@ chaos-smoke: chaos-bin
 		--name smoke-$$(date +%Y%m%d-%H%M%S)-s$(SMOKE_SEED) $(CHAOS_FLAGS)
 
 # cohortd built with -tags chaosbug serves OffsetFetch from any node without
-# the read barrier (rpc/chaosbug.go); partitions make that a stale read. The
+# the read barrier (coordinator/chaosbug.go); partitions make that a stale read. The
 # target succeeds only if the suite reports the run INVALID.
 chaos-bug: chaos-bin
 	$(GO) build -tags chaosbug -o $(BIN)/cohortd-chaosbug ./cmd/cohortd

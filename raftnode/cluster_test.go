@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	"github.com/cohortlabs/cohort/offsets"
 )
@@ -82,7 +83,7 @@ func Test_MultiNode_ApplyReplicatesToAllFSMs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("apply duplicate topic: %v", err)
 	}
-	if !errors.Is(res.Err, fsm.ErrTopicAlreadyExists) {
+	if !errors.Is(res.Err, errcode.ErrTopicAlreadyExists) {
 		t.Fatalf("duplicate topic result %v, want TOPIC_ALREADY_EXISTS", res.Err)
 	}
 	waitConverged(t, leader, c.nodes...)

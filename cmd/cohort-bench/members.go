@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/client"
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -198,7 +199,7 @@ func createTopic(ctx context.Context, topics cohortv1.TopicsClient, name string,
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := topics.CreateTopic(cctx, &cohortv1.CreateTopicRequest{Name: name, Partitions: partitions})
-	if err != nil && client.Reason(err) != "TOPIC_ALREADY_EXISTS" {
+	if err != nil && client.ErrorCode(err) != errcode.TopicAlreadyExists {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return nil

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/client"
+	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -91,7 +92,7 @@ func main() {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case client.Reason(err) == "TOPIC_ALREADY_EXISTS":
+		case client.ErrorCode(err) == errcode.TopicAlreadyExists:
 			out.Printf("topic %s already exists with another partition count; using it", *topic)
 		case err != nil:
 			log.Fatalf("create topic %s: %v", *topic, err)

@@ -178,26 +178,4 @@ func CheckLoopback(addr string) error {
 	return fmt.Errorf("address %q is not a loopback address; cohort-bench only targets loopback", addr)
 }
 
-// freePorts reserves n distinct loopback TCP ports and releases them.
-// Another process could take one before the node binds it; the caller's
-// start then fails with a clear error.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserve a loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 var errNotRunning = errors.New("node is not running")
