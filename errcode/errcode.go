@@ -46,6 +46,14 @@ const (
 	InvalidSessionTimeout     Code = 18
 	NotLeader                 Code = 19
 	StaleCommand              Code = 20
+
+	// Cluster administration (cohort.v1.ClusterService) refusals.
+	UnknownServer         Code = 21
+	ServerLagging         Code = 22
+	QuorumAtRisk          Code = 23
+	LastVoter             Code = 24
+	ConfigurationConflict Code = 25
+	AutopilotManaged      Code = 26
 )
 
 // Unknown is what Of says of a non-nil error that carries no protocol code
@@ -109,6 +117,13 @@ var (
 	ErrInvalidSessionTimeout     = &Error{InvalidSessionTimeout, "INVALID_SESSION_TIMEOUT", false, "The session timeout is outside the coordinator's allowed range."}
 	ErrNotLeader                 = &Error{NotLeader, "NOT_LEADER", true, "This node is not the Raft leader, or lost leadership before the request completed: retry on the leader."}
 	ErrStaleCommand              = &Error{StaleCommand, "STALE_COMMAND", false, "A coordinator timer's command no longer matches the group's state (it was overtaken); nothing changed."}
+
+	ErrUnknownServer         = &Error{UnknownServer, "UNKNOWN_SERVER", false, "The server ID is not in the Raft configuration."}
+	ErrServerLagging         = &Error{ServerLagging, "SERVER_LAGGING", false, "The server's log is too far behind the leader's (or its position is unknown) to promote it: wait for it to catch up."}
+	ErrQuorumAtRisk          = &Error{QuorumAtRisk, "QUORUM_AT_RISK", false, "The change would leave fewer (healthy) voters than a quorum needs; it needs force."}
+	ErrLastVoter             = &Error{LastVoter, "LAST_VOTER", false, "The last voter can never be removed or demoted."}
+	ErrConfigurationConflict = &Error{ConfigurationConflict, "CONFIGURATION_CONFLICT", false, "The request contradicts the Raft configuration (an ID at another address, an address of another ID, a non-voter as leader)."}
+	ErrAutopilotManaged      = &Error{AutopilotManaged, "AUTOPILOT_MANAGED", false, "Autopilot manages suffrage and would undo the change: disable autopilot first."}
 )
 
 // errs is the table of codes, indexed by Code; None has no Error.
@@ -134,6 +149,12 @@ var errs = [...]*Error{
 	InvalidSessionTimeout:     ErrInvalidSessionTimeout,
 	NotLeader:                 ErrNotLeader,
 	StaleCommand:              ErrStaleCommand,
+	UnknownServer:             ErrUnknownServer,
+	ServerLagging:             ErrServerLagging,
+	QuorumAtRisk:              ErrQuorumAtRisk,
+	LastVoter:                 ErrLastVoter,
+	ConfigurationConflict:     ErrConfigurationConflict,
+	AutopilotManaged:          ErrAutopilotManaged,
 }
 
 // Codes returns every protocol code, NONE first, in numeric order.

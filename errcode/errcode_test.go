@@ -63,6 +63,8 @@ func TestNames_AreTheWireReasons(t *testing.T) {
 		NotCoordinator: "NOT_COORDINATOR", MemberIDRequired: "MEMBER_ID_REQUIRED",
 		GroupMaxSizeReached: "GROUP_MAX_SIZE_REACHED", InvalidSessionTimeout: "INVALID_SESSION_TIMEOUT",
 		NotLeader: "NOT_LEADER", StaleCommand: "STALE_COMMAND",
+		UnknownServer: "UNKNOWN_SERVER", ServerLagging: "SERVER_LAGGING", QuorumAtRisk: "QUORUM_AT_RISK",
+		LastVoter: "LAST_VOTER", ConfigurationConflict: "CONFIGURATION_CONFLICT", AutopilotManaged: "AUTOPILOT_MANAGED",
 	}
 	if len(want) != len(Codes()) {
 		t.Fatalf("%d codes, %d expected names", len(Codes()), len(want))

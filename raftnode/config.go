@@ -61,11 +61,6 @@ const (
 	DefaultTrailingLogs = 10240
 	// DefaultApplyTimeout bounds Node.Apply when its context has no deadline.
 	DefaultApplyTimeout = 10 * time.Second
-	// DefaultFormationTimeout bounds the wait for --bootstrap-expect peers.
-	DefaultFormationTimeout = 10 * time.Minute
-	// DefaultPollInterval is how often formation polls the join addresses
-	// and registration retries.
-	DefaultPollInterval = 500 * time.Millisecond
 	// DefaultTransportTimeout bounds one Raft RPC (except snapshot installs,
 	// which raft scales with the snapshot size).
 	DefaultTransportTimeout = 10 * time.Second
@@ -73,8 +68,8 @@ const (
 	DefaultTransportMaxPool = 3
 )
 
-// Config configures a Node. Zero fields take the defaults above; call
-// WithDefaults then Validate once at start (New does both).
+// Config configures a Node. Start from DefaultConfig and change what you
+// need; New validates it.
 type Config struct {
 	// NodeID is the Raft server ID. On first start it is stored in
 	// DataDir/node-id (generated when empty); on later starts an empty
@@ -86,24 +81,9 @@ type Config struct {
 	// RaftBind is the TCP address the Raft transport listens on. Required.
 	RaftBind string
 	// RaftAdvertise is the address other nodes reach the Raft transport on.
-	// Defaults to RaftBind's actual address; required when RaftBind is a
+	// Empty means RaftBind's actual address; required when RaftBind is a
 	// wildcard address (0.0.0.0, [::]).
 	RaftAdvertise string
-	// GRPCAdvertise is this node's gRPC address as other nodes and clients
-	// reach it; it is what the node records in the replicated node
-	// registry and answers in NodeInfo.
-	GRPCAdvertise string
-
-	// Bootstrap makes a node with no Raft state bootstrap a one-node
-	// cluster with itself as the only voter.
-	Bootstrap bool
-	// BootstrapExpect > 0 makes a node with no Raft state poll the Join
-	// addresses until it knows BootstrapExpect distinct nodes (itself
-	// included), none of them with Raft state, and then bootstrap them all
-	// as voters. Every one of the nodes computes the same configuration.
-	BootstrapExpect int
-	// Join lists gRPC addresses of other nodes (ClusterService).
-	Join []string
 
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
@@ -118,76 +98,37 @@ type Config struct {
 	// RPC (and one disk write on the leader); at most 1024.
 	MaxAppendEntries int
 
-	// ApplyTimeout bounds Apply when its context has no deadline.
+	// ApplyTimeout bounds Apply (and the other waits on raft) when the
+	// caller's context has no deadline.
 	ApplyTimeout time.Duration
-	// FormationTimeout bounds the --bootstrap-expect wait.
-	FormationTimeout time.Duration
-	// PollInterval paces formation polling and registration retries.
-	PollInterval time.Duration
 
-	// AdminToken, when set, is required as `authorization: Bearer <token>`
-	// on every ClusterService call except NodeInfo and Health, and is sent
-	// by this node on its own calls to other nodes.
-	AdminToken string
-	// PromoteMaxLag is the largest number of log entries a non-voter may
-	// be behind the leader and still be promoted (DefaultPromoteMaxLag).
-	PromoteMaxLag uint64
-	// HealthyLastContact is how long a server may go without hearing from
-	// the leader and still count as healthy (DefaultHealthyLastContact).
-	HealthyLastContact time.Duration
-	// JoinAsNonvoter keeps a node that joins through Join (without
-	// BootstrapExpect) a non-voter instead of asking for its promotion.
-	JoinAsNonvoter bool
-	// Autopilot configures the leader's autopilot; off unless Enabled.
-	Autopilot AutopilotConfig
-
-	// Logger receives the node's and raft's logs. Default: slog.Default().
+	// Logger receives the node's and raft's logs.
 	Logger *slog.Logger
-	// Peers reaches other nodes' ClusterService. Default: a gRPC client
-	// without TLS, owned (and closed) by the Node.
-	Peers PeerClient
 }
 
-// WithDefaults returns c with every zero field set to its default.
-func (c Config) WithDefaults() Config {
-	setDur := func(d *time.Duration, def time.Duration) {
-		if *d == 0 {
-			*d = def
-		}
+// DefaultConfig is the configuration cohortd starts from: the defaults
+// above, logging to slog.Default(). DataDir and RaftBind must be set.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   DefaultHeartbeatTimeout,
+		ElectionTimeout:    DefaultElectionTimeout,
+		LeaderLeaseTimeout: DefaultLeaderLeaseTimeout,
+		CommitTimeout:      DefaultCommitTimeout,
+		SnapshotInterval:   DefaultSnapshotInterval,
+		SnapshotThreshold:  DefaultSnapshotThreshold,
+		TrailingLogs:       DefaultTrailingLogs,
+		MaxAppendEntries:   DefaultMaxAppendEntries,
+		ApplyTimeout:       DefaultApplyTimeout,
+		Logger:             slog.Default(),
 	}
-	setDur(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
-	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
-	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
-	setDur(&c.CommitTimeout, DefaultCommitTimeout)
-	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
-	setDur(&c.ApplyTimeout, DefaultApplyTimeout)
-	setDur(&c.FormationTimeout, DefaultFormationTimeout)
-	setDur(&c.PollInterval, DefaultPollInterval)
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = DefaultSnapshotThreshold
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = DefaultTrailingLogs
-	}
-	if c.MaxAppendEntries == 0 {
-		c.MaxAppendEntries = DefaultMaxAppendEntries
-	}
-	if c.PromoteMaxLag == 0 {
-		c.PromoteMaxLag = DefaultPromoteMaxLag
-	}
-	setDur(&c.HealthyLastContact, DefaultHealthyLastContact)
-	c.Autopilot = c.Autopilot.withDefaults()
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
 }
 
-// Validate reports the first invalid field, naming it and its value.
+// Validate reports every invalid field, naming it and its value. It
+// changes nothing: a zero duration is an error, not a default.
 func (c Config) Validate() error {
 	var errs []error
 	if c.NodeID != "" {
-		if err := validateNodeID(c.NodeID); err != nil {
+		if err := ValidateNodeID(c.NodeID); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -200,34 +141,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("raft bind address %q: %w", c.RaftBind, err))
 	}
 	if c.RaftAdvertise != "" {
-		if err := validateAdvertise("raft advertise address", c.RaftAdvertise); err != nil {
+		if err := ValidateAdvertise("raft advertise address", c.RaftAdvertise); err != nil {
 			errs = append(errs, err)
 		}
 	} else if host, _, err := net.SplitHostPort(c.RaftBind); err == nil {
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 			errs = append(errs, fmt.Errorf("raft bind address %q is a wildcard: set a raft advertise address", c.RaftBind))
-		}
-	}
-	if c.GRPCAdvertise != "" {
-		if err := validateAdvertise("gRPC advertise address", c.GRPCAdvertise); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.Bootstrap && c.BootstrapExpect > 0 {
-		errs = append(errs, fmt.Errorf("bootstrap and bootstrap-expect %d are mutually exclusive", c.BootstrapExpect))
-	}
-	if c.BootstrapExpect < 0 {
-		errs = append(errs, fmt.Errorf("bootstrap-expect %d: must not be negative", c.BootstrapExpect))
-	}
-	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
-		errs = append(errs, fmt.Errorf("bootstrap-expect %d needs join addresses", c.BootstrapExpect))
-	}
-	if c.BootstrapExpect > 1 && c.GRPCAdvertise == "" {
-		errs = append(errs, fmt.Errorf("bootstrap-expect %d needs a gRPC advertise address", c.BootstrapExpect))
-	}
-	for _, j := range c.Join {
-		if _, _, err := net.SplitHostPort(j); err != nil {
-			errs = append(errs, fmt.Errorf("join address %q: %w", j, err))
 		}
 	}
 	if c.HeartbeatTimeout < 5*time.Millisecond {
@@ -245,23 +164,24 @@ func (c Config) Validate() error {
 	if c.SnapshotInterval < 5*time.Millisecond {
 		errs = append(errs, fmt.Errorf("snapshot interval %s: must be at least 5ms", c.SnapshotInterval))
 	}
+	if c.SnapshotThreshold == 0 || c.TrailingLogs == 0 {
+		errs = append(errs, fmt.Errorf("snapshot threshold %d, trailing logs %d: must be positive", c.SnapshotThreshold, c.TrailingLogs))
+	}
 	if c.MaxAppendEntries < 1 || c.MaxAppendEntries > 1024 {
 		errs = append(errs, fmt.Errorf("max append entries %d: must be between 1 and 1024", c.MaxAppendEntries))
 	}
-	if c.ApplyTimeout <= 0 || c.FormationTimeout <= 0 || c.PollInterval <= 0 {
-		errs = append(errs, fmt.Errorf("apply timeout %s, formation timeout %s, poll interval %s: must be positive",
-			c.ApplyTimeout, c.FormationTimeout, c.PollInterval))
+	if c.ApplyTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("apply timeout %s: must be positive", c.ApplyTimeout))
 	}
-	if c.HealthyLastContact <= 0 {
-		errs = append(errs, fmt.Errorf("healthy last contact %s: must be positive", c.HealthyLastContact))
-	}
-	if err := c.Autopilot.validate(); err != nil {
-		errs = append(errs, err)
+	if c.Logger == nil {
+		errs = append(errs, errors.New("logger is required"))
 	}
 	return errors.Join(errs...)
 }
 
-func validateAdvertise(what, addr string) error {
+// ValidateAdvertise checks an address other nodes are to reach: a host
+// (not a wildcard) and a port other than 0. what names it in the error.
+func ValidateAdvertise(what, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", what, addr, err)

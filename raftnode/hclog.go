@@ -27,6 +27,10 @@ type hclogAdapter struct {
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
 
+// HCLogger returns an hclog.Logger (what hashicorp libraries log to) named
+// name that writes to l, for libraries used beside raft (raft-autopilot).
+func HCLogger(l *slog.Logger, name string) hclog.Logger { return newHCLogAdapter(l, name) }
+
 func newHCLogAdapter(l *slog.Logger, name string) *hclogAdapter {
 	return &hclogAdapter{l: l.With("logger", name), name: name}
 }

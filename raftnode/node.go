@@ -30,6 +30,9 @@ var (
 	ErrLeadershipLost = errors.New("leadership lost while applying: outcome unknown")
 	// ErrShutdown: the node is shutting down or has shut down.
 	ErrShutdown = errors.New("raft node is shut down")
+	// ErrInvalidSnapshot: a snapshot offered for restore does not decode;
+	// nothing changed.
+	ErrInvalidSnapshot = errors.New("invalid snapshot")
 )
 
 // Bolt open timeout: a second cohortd on the same data dir fails at once
@@ -48,8 +51,6 @@ type Node struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
-	peers     PeerClient
-	ownPeers  bool
 
 	// hadState records raft.HasExistingState at open: a node with state
 	// never bootstraps again.
@@ -60,24 +61,12 @@ type Node struct {
 	subs     map[*LeadershipSubscription]struct{}
 	isLeader bool // last value seen on notifyCh, under subsMu
 
-	// bg is cancelled by Shutdown; it bounds formation, registration and
-	// the leadership fan-out.
-	bg       context.Context
-	stopBG   context.CancelFunc
-	bgWG     sync.WaitGroup
-	regDone  chan struct{}
-	formDone chan struct{}
+	// bg is cancelled by Shutdown; it bounds the leadership fan-out.
+	bg     context.Context
+	stopBG context.CancelFunc
+	bgWG   sync.WaitGroup
 	// raftStopped is closed once raft has shut down.
 	raftStopped chan struct{}
-
-	// probes is the leader's knowledge of every server (admin.go).
-	probes probes
-	// removed is closed when this node finds itself removed from the
-	// cluster (membership.go).
-	removed     chan struct{}
-	removedOnce sync.Once
-	// autopilot is the leader's autopilot runner; nil when disabled.
-	autopilot *autopilotRunner
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -85,12 +74,12 @@ type Node struct {
 	now func() time.Time
 }
 
-// New opens (or creates) the node's data dir, starts Raft with f as its
-// state machine and starts formation and node registration in the
-// background. f must be fresh (fsm.New()): Raft restores it from the
-// latest snapshot and replays the log.
+// New opens (or creates) the node's data dir and starts Raft with f as its
+// state machine. f must be fresh (fsm.New()): Raft restores it from the
+// latest snapshot and replays the log. A node without Raft state waits for
+// a configuration: BootstrapCluster, or a leader that adds it (the cluster
+// package does both).
 func New(cfg Config, f *fsm.FSM) (*Node, error) {
-	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("raftnode config: %w", err)
 	}
@@ -111,36 +100,19 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		log:      cfg.Logger.With("node_id", id),
 		fsm:      f,
 		metrics:  newMetrics(),
-		peers:    cfg.Peers,
 		notifyCh: make(chan bool, 16),
 		subs:     map[*LeadershipSubscription]struct{}{},
-		regDone:  make(chan struct{}),
-		removed:  make(chan struct{}),
-		formDone: make(chan struct{}),
 		now:      time.Now,
 
 		raftStopped: make(chan struct{}),
-	}
-	if n.peers == nil {
-		n.peers = NewGRPCPeerClient().WithToken(cfg.AdminToken)
-		n.ownPeers = true
 	}
 	if err := n.open(); err != nil {
 		n.closeResources()
 		return nil, err
 	}
 	n.bg, n.stopBG = context.WithCancel(context.Background())
-	n.bgWG.Add(5)
+	n.bgWG.Add(1)
 	go n.fanOutLeadership()
-	go n.runFormation()
-	go n.runRegistration()
-	go n.watchRemoval()
-	go n.runJoin()
-	if cfg.Autopilot.Enabled {
-		n.autopilot = newAutopilotRunner(n)
-		n.bgWG.Add(1)
-		go n.autopilot.run()
-	}
 	return n, nil
 }
 
@@ -241,9 +213,6 @@ func (n *Node) closeResources() {
 	if n.store != nil {
 		_ = n.store.Close()
 	}
-	if n.ownPeers {
-		_ = n.peers.Close()
-	}
 }
 
 // ID is the node's Raft server ID.
@@ -252,8 +221,14 @@ func (n *Node) ID() string { return n.id }
 // RaftAddress is the address other nodes reach this node's Raft transport on.
 func (n *Node) RaftAddress() string { return n.cfg.RaftAdvertise }
 
-// GRPCAddress is the node's advertised gRPC address.
-func (n *Node) GRPCAddress() string { return n.cfg.GRPCAdvertise }
+// Config is the node's configuration as it runs (RaftAdvertise resolved
+// to the transport's address, NodeID to the stored one).
+func (n *Node) Config() Config { return n.cfg }
+
+// Raft is the underlying hashicorp/raft instance, for the cluster package's
+// membership changes and bootstrap. Commands go through Apply, never
+// through it.
+func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // FSM is the node's state machine. Read it freely; change it only through Apply.
 func (n *Node) FSM() *fsm.FSM { return n.fsm }
@@ -359,24 +334,6 @@ func (n *Node) Leader() (id, raftAddr string) {
 	return string(sid), string(addr)
 }
 
-// LeaderGRPCAddress returns the leader's gRPC address from the replicated
-// node registry ("" when no leader is known or it has not registered).
-func (n *Node) LeaderGRPCAddress() string {
-	id, _ := n.Leader()
-	if id == "" {
-		return ""
-	}
-	if id == n.id {
-		return n.cfg.GRPCAdvertise
-	}
-	for _, node := range n.fsm.Nodes() {
-		if node.ID == id {
-			return node.GRPCAddress
-		}
-	}
-	return ""
-}
-
 // State is the node's Raft state.
 func (n *Node) State() raft.RaftState { return n.raft.State() }
 
@@ -405,6 +362,28 @@ func (n *Node) Configuration() (raft.Configuration, error) {
 	return f.Configuration(), nil
 }
 
+// LeaderConfiguration returns the Raft configuration when this node leads,
+// ErrNotLeader (naming the leader it knows) otherwise: what a change of the
+// configuration starts from.
+func (n *Node) LeaderConfiguration() (raft.Configuration, error) {
+	if n.raft.State() != raft.Leader {
+		id, _ := n.Leader()
+		return raft.Configuration{}, fmt.Errorf("%w (leader %q)", ErrNotLeader, id)
+	}
+	return n.Configuration()
+}
+
+// HasConfiguration reports whether raft holds any configuration, i.e. this
+// node is part of a cluster (it bootstrapped, or a leader contacted it).
+func (n *Node) HasConfiguration() bool {
+	c, err := n.Configuration()
+	return err == nil && len(c.Servers) > 0
+}
+
+// LastContact is when this node last heard from a leader (zero if never;
+// a leader's own is recent).
+func (n *Node) LastContact() time.Time { return n.raft.LastContact() }
+
 func (n *Node) voterCount() int {
 	c, err := n.Configuration()
 	if err != nil {
@@ -421,21 +400,19 @@ func (n *Node) voterCount() int {
 
 // Stats is a point-in-time summary of the node.
 type Stats struct {
-	ID            string
-	State         raft.RaftState
-	Term          uint64
-	LeaderID      string
-	LastIndex     uint64
-	CommitIndex   uint64
-	AppliedIndex  uint64
-	FSMApplied    uint64
-	Restores      uint64
-	LastSnapshot  uint64
-	FSM           fsm.Stats
-	Raw           map[string]string // raft.Stats()
-	HadState      bool
-	Registered    bool
-	FormationDone bool
+	ID           string
+	State        raft.RaftState
+	Term         uint64
+	LeaderID     string
+	LastIndex    uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	FSMApplied   uint64
+	Restores     uint64
+	LastSnapshot uint64
+	FSM          fsm.Stats
+	Raw          map[string]string // raft.Stats()
+	HadState     bool
 }
 
 // Stats returns a summary of the node's Raft replica and FSM.
@@ -446,19 +423,10 @@ func (n *Node) Stats() Stats {
 		ID: n.id, State: n.raft.State(), Term: n.raft.CurrentTerm(), LeaderID: leader,
 		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
 		FSMApplied: n.fsm.AppliedIndex(), Restores: n.adapter.restores.Load(), FSM: n.fsm.Stats(), Raw: raw,
-		HadState: n.hadState, Registered: isClosed(n.regDone), FormationDone: isClosed(n.formDone),
+		HadState: n.hadState,
 	}
 	fmt.Sscan(raw["last_snapshot_index"], &s.LastSnapshot)
 	return s
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // Ready reports whether the node can serve: a leader is known and the
@@ -483,24 +451,29 @@ func (n *Node) Ready() (ok bool, reason string) {
 // node's FSM. Only the leader can issue it; a new leader calls it before
 // serving reads.
 func (n *Node) Barrier(ctx context.Context) error {
-	return n.waitFuture(ctx, "barrier", func(timeout time.Duration) raft.Future { return n.raft.Barrier(timeout) })
+	return n.WaitFuture(ctx, "barrier", func(timeout time.Duration) raft.Future { return n.raft.Barrier(timeout) })
 }
 
 // VerifyLeader checks with a quorum that this node is still the leader.
 func (n *Node) VerifyLeader(ctx context.Context) error {
-	return n.waitFuture(ctx, "verify leader", func(time.Duration) raft.Future { return n.raft.VerifyLeader() })
+	return n.WaitFuture(ctx, "verify leader", func(time.Duration) raft.Future { return n.raft.VerifyLeader() })
 }
 
 // Snapshot asks raft to take a snapshot now (and compact the log).
 func (n *Node) Snapshot(ctx context.Context) error {
-	err := n.waitFuture(ctx, "snapshot", func(time.Duration) raft.Future { return n.raft.Snapshot() })
+	err := n.WaitFuture(ctx, "snapshot", func(time.Duration) raft.Future { return n.raft.Snapshot() })
 	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		return nil
 	}
 	return err
 }
 
-func (n *Node) waitFuture(ctx context.Context, what string, start func(timeout time.Duration) raft.Future) error {
+// WaitFuture starts a raft operation and waits for it, bounded by ctx (or
+// ApplyTimeout when ctx has no deadline); start gets the time left, for
+// the raft calls that take a timeout. Raft's errors come back as this
+// package's: ErrNotLeader (also for a leadership transfer in progress:
+// nothing was done), ErrLeadershipLost, ErrShutdown.
+func (n *Node) WaitFuture(ctx context.Context, what string, start func(timeout time.Duration) raft.Future) error {
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -518,8 +491,8 @@ func (n *Node) waitFuture(ctx context.Context, what string, start func(timeout t
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, raft.ErrNotLeader):
-			return fmt.Errorf("%s: %w", what, ErrNotLeader)
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return fmt.Errorf("%s: %w: %w", what, ErrNotLeader, err)
 		case errors.Is(err, raft.ErrLeadershipLost):
 			return fmt.Errorf("%s: %w", what, ErrLeadershipLost)
 		case errors.Is(err, raft.ErrRaftShutdown):
@@ -553,7 +526,7 @@ func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 	var errs []error
 	if transfer && n.raft.State() == raft.Leader && n.voterCount() > 1 {
 		n.log.Info("transferring leadership before shutdown")
-		if err := n.waitFuture(ctx, "leadership transfer", func(time.Duration) raft.Future { return n.raft.LeadershipTransfer() }); err != nil {
+		if err := n.WaitFuture(ctx, "leadership transfer", func(time.Duration) raft.Future { return n.raft.LeadershipTransfer() }); err != nil {
 			// Not fatal: the others elect a leader after an election timeout.
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
@@ -571,9 +544,6 @@ func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 	}
 	if err := n.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close raft log store: %w", err))
-	}
-	if n.ownPeers {
-		_ = n.peers.Close()
 	}
 	n.closeSubscriptions()
 	n.log.Info("raft node shut down")

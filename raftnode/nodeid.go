@@ -18,7 +18,9 @@ const nodeIDFile = "node-id"
 
 const maxNodeIDLen = 128
 
-func validateNodeID(id string) error {
+// ValidateNodeID checks a Raft server ID: 1 to maxNodeIDLen characters
+// from a safe set (it names files, metrics labels and log fields).
+func ValidateNodeID(id string) error {
 	if id == "" || len(id) > maxNodeIDLen {
 		return fmt.Errorf("node id %q: must be 1 to %d characters", id, maxNodeIDLen)
 	}
@@ -40,7 +42,7 @@ func loadOrCreateNodeID(dataDir, want string) (string, error) {
 	switch {
 	case err == nil:
 		stored := strings.TrimSpace(string(b))
-		if err := validateNodeID(stored); err != nil {
+		if err := ValidateNodeID(stored); err != nil {
 			return "", fmt.Errorf("read %s: %w", path, err)
 		}
 		if want != "" && want != stored {

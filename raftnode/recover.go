@@ -29,7 +29,7 @@ func RecoverAsSingleNode(dataDir, raftAddr string, log *slog.Logger) (nodeID str
 		return "", fmt.Errorf("read the node ID in %s (is it a cohortd data dir?): %w", dataDir, err)
 	}
 	nodeID = strings.TrimSpace(string(b))
-	if err := validateAdvertise("raft address", raftAddr); err != nil {
+	if err := ValidateAdvertise("raft address", raftAddr); err != nil {
 		return "", err
 	}
 	dbPath := filepath.Join(dataDir, "raft", "raft.db")

@@ -13,11 +13,14 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// restoreTimeout bounds a restore whose context has no deadline.
+const restoreTimeout = time.Minute
+
 // OpenSnapshot takes a snapshot of the leader's state now (or uses the
 // latest one when nothing changed since) and opens it. The reader yields
 // the FSM's own encoding (versioned and CRC'd); the caller closes it.
 func (n *Node) OpenSnapshot(ctx context.Context) (*raft.SnapshotMeta, io.ReadCloser, error) {
-	if _, err := n.leaderConfig(); err != nil {
+	if _, err := n.LeaderConfiguration(); err != nil {
 		return nil, nil, err
 	}
 	if err := n.Snapshot(ctx); err != nil {
@@ -43,13 +46,13 @@ func (n *Node) OpenSnapshot(ctx context.Context) (*raft.SnapshotMeta, io.ReadClo
 // RestoreSnapshot replaces the whole replicated state with the snapshot in
 // f (size bytes of the FSM's encoding) on every node. The data is fully
 // decoded and checked first: a corrupted or foreign snapshot is refused
-// (ErrInvalidArgument) and nothing changes. Afterwards the node registry
+// (ErrInvalidSnapshot) and nothing changes. Afterwards the node registry
 // entries of the current servers are written again (the snapshot carries
 // the registry of the cluster it came from), and leadership is handed to
 // another voter when there is one, so that the new leader's group engine
 // starts from the restored state (fresh session deadlines for every member).
 func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, index, term uint64) (uint64, error) {
-	c, err := n.leaderConfig()
+	c, err := n.LeaderConfiguration()
 	if err != nil {
 		return 0, err
 	}
@@ -58,7 +61,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, inde
 	}
 	st, err := fsm.ReadSnapshot(io.LimitReader(f, size))
 	if err != nil {
-		return 0, fmt.Errorf("%w: refusing the snapshot, nothing changed: %v", ErrInvalidArgument, err)
+		return 0, fmt.Errorf("%w: refusing it, nothing changed: %v", ErrInvalidSnapshot, err)
 	}
 	_ = st
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -69,7 +72,11 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, inde
 		registry[node.ID] = node
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Term: term, Size: size}
-	if err := n.raft.Restore(meta, f, timeoutOf(ctx, time.Minute)); err != nil {
+	timeout := restoreTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if err := n.raft.Restore(meta, f, timeout); err != nil {
 		return 0, fmt.Errorf("restore snapshot through raft: %w", err)
 	}
 	n.log.Warn("restored the replicated state from a snapshot", "snapshot_index", index, "snapshot_term", term, "bytes", size)
@@ -86,8 +93,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, inde
 		}
 	}
 	idx := n.raft.LastIndex()
-	if len(configVoters(c)) > 1 {
-		if err := n.waitFuture(ctx, "leadership transfer after restore", func(time.Duration) raft.Future { return n.raft.LeadershipTransfer() }); err != nil {
+	if n.voterCount() > 1 {
+		if err := n.WaitFuture(ctx, "leadership transfer after restore", func(time.Duration) raft.Future { return n.raft.LeadershipTransfer() }); err != nil {
 			n.log.Warn("could not hand leadership over after the restore; the group engine keeps its previous timers", "err", err)
 		}
 	}

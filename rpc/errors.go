@@ -3,13 +3,16 @@ package rpc
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/raftnode"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of Cohort's errors.
@@ -46,7 +49,19 @@ func grpcCode(c errcode.Code) codes.Code {
 // lost leader, for one, must go out as errcode.NotLeader (Unavailable with
 // reason NOT_LEADER), which clients resend on the leader.
 func protocolCode(err error) errcode.Code {
-	return errcode.Of(err)
+	if c := errcode.Of(err); c != errcode.Unknown {
+		return c
+	}
+	switch {
+	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrLeadershipLost),
+		errors.Is(err, cluster.ErrLeadershipMoved):
+		return errcode.NotLeader
+	case errors.Is(err, raftnode.ErrShutdown):
+		return errcode.CoordinatorNotAvailable
+	case errors.Is(err, raftnode.ErrInvalidSnapshot):
+		return errcode.InvalidArgument
+	}
+	return errcode.Unknown
 }
 
 // toStatus converts an engine error to a gRPC status error whose ErrorInfo
@@ -101,4 +116,17 @@ func Reason(err error) string {
 		}
 	}
 	return ""
+}
+
+// fromStatus turns a gRPC error whose ErrorInfo reason names a protocol
+// code back into an errcode error, so that callers of another node (the
+// cluster package, through PeerClient) can test it with errors.Is; any
+// other error is returned unchanged.
+func fromStatus(err error) error {
+	c, ok := errcode.ByName(Reason(err))
+	if !ok || c == errcode.None {
+		return err
+	}
+	st, _ := status.FromError(err)
+	return errcode.Errorf(c, "%s", strings.TrimPrefix(st.Message(), c.String()+": "))
 }

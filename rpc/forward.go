@@ -2,7 +2,9 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -51,11 +53,18 @@ type Leadership interface {
 	LeaderGRPCAddress() string
 }
 
-// Forwarder sends requests that must be served by the leader there, and
-// stamps every response with the leader's address.
+// Forwarder brings every call that the leader must serve to the leader:
+// the group API, topics, and cluster administration (snapshot streams
+// included). It is the one forwarding path of the node: a follower relays
+// the call to the leader's gRPC address from the node registry, marked as
+// forwarded (so that it is never forwarded twice) and with the caller's
+// address and authorization header; the leader's answer, status and
+// ErrorInfo included, goes back unchanged. Every response is stamped with
+// the leader's address (LeaderHeader).
 type Forwarder struct {
 	node     Leadership
-	services []string // full service names whose methods are forwarded
+	services []string        // full service names whose methods are forwarded
+	local    map[string]bool // full method names every node serves itself
 	dialOpts []grpc.DialOption
 	log      *slog.Logger
 
@@ -64,8 +73,9 @@ type Forwarder struct {
 }
 
 // NewForwarder forwards the methods of the named services (e.g.
-// "cohort.v1.GroupCoordinator").
-func NewForwarder(node Leadership, services []string, log *slog.Logger, dialOpts ...grpc.DialOption) *Forwarder {
+// "cohort.v1.GroupCoordinator") except the local ones (full method names,
+// e.g. "/cohort.v1.ClusterService/NodeInfo").
+func NewForwarder(node Leadership, services, local []string, log *slog.Logger, dialOpts ...grpc.DialOption) *Forwarder {
 	if len(dialOpts) == 0 {
 		dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
@@ -76,7 +86,11 @@ func NewForwarder(node Leadership, services []string, log *slog.Logger, dialOpts
 	dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
 	}))
-	return &Forwarder{node: node, services: services, dialOpts: dialOpts, log: log, conns: map[string]*grpc.ClientConn{}}
+	f := &Forwarder{node: node, services: services, local: map[string]bool{}, dialOpts: dialOpts, log: log, conns: map[string]*grpc.ClientConn{}}
+	for _, m := range local {
+		f.local[m] = true
+	}
+	return f
 }
 
 // Close closes the connections to leaders.
@@ -104,6 +118,9 @@ func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 func (f *Forwarder) forwards(fullMethod string) bool {
+	if f.local[fullMethod] {
+		return false
+	}
 	for _, s := range f.services {
 		if strings.HasPrefix(fullMethod, "/"+s+"/") {
 			return true
@@ -112,28 +129,56 @@ func (f *Forwarder) forwards(fullMethod string) bool {
 	return false
 }
 
-// UnaryInterceptor serves a request here when this node leads (or the
-// request accepts a stale read), and otherwise forwards it to the leader.
-func (f *Forwarder) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !f.forwards(info.FullMethod) {
-		return handler(ctx, req)
-	}
-	stale := coordinator.AllowsStaleRead(req)
-	leader := f.node.LeaderGRPCAddress()
+// route decides where a call is served: here (this node leads, or the
+// request accepts a stale read), or at the returned leader address. It
+// refuses with NOT_LEADER when no leader is known or the call was already
+// forwarded once.
+func (f *Forwarder) route(ctx context.Context, req any) (leader string, here bool, err error) {
+	leader = f.node.LeaderGRPCAddress()
 	if leader != "" {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(LeaderHeader, leader))
 	}
-	if stale || f.node.IsLeader() {
-		return handler(ctx, req)
+	if (req != nil && coordinator.AllowsStaleRead(req)) || f.node.IsLeader() {
+		return leader, true, nil
 	}
-	in, _ := metadata.FromIncomingContext(ctx)
-	if len(in.Get(forwardedKey)) > 0 {
-		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "a node forwarded this request here, but this node does not lead (leader now: %q)", leader))
+	if forwarded(ctx) {
+		return "", false, toStatus(errcode.Errorf(errcode.NotLeader, "a node forwarded this request here, but this node does not lead (leader now: %q)", leader))
 	}
 	if leader == "" {
-		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "no raft leader is known (election in progress or no quorum); retry shortly"))
+		return "", false, toStatus(errcode.Errorf(errcode.NotLeader, "no raft leader is known (election in progress or no quorum); retry shortly"))
 	}
-	out, err := newResponse(info.FullMethod)
+	return leader, false, nil
+}
+
+func forwarded(ctx context.Context) bool {
+	in, _ := metadata.FromIncomingContext(ctx)
+	return len(in.Get(forwardedKey)) > 0
+}
+
+// outgoing is the context of a call relayed to the leader: marked as
+// forwarded, with the original client's address and authorization.
+func outgoing(ctx context.Context) context.Context {
+	md := metadata.Pairs(forwardedKey, "1", clientHostKey, ClientHost(ctx))
+	in, _ := metadata.FromIncomingContext(ctx)
+	if a := in.Get(AuthorizationHeader); len(a) > 0 {
+		md.Set(AuthorizationHeader, a[0])
+	}
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// leaderUnreachable turns a transport failure on the way to the leader
+// (Unavailable without a protocol reason) into NOT_LEADER, which clients
+// resend; the leader's own refusals pass unchanged.
+func leaderUnreachable(leader string, err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && Reason(err) == "" {
+		return toStatus(errcode.Errorf(errcode.NotLeader, "forwarding to leader %s: %v", leader, st.Message()))
+	}
+	return err
+}
+
+// invoke relays a unary call to the leader and returns its answer.
+func (f *Forwarder) invoke(ctx context.Context, leader, fullMethod string, req any) (proto.Message, error) {
+	out, err := newMessage(fullMethod, false)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -141,15 +186,107 @@ func (f *Forwarder) UnaryInterceptor(ctx context.Context, req any, info *grpc.Un
 	if err != nil {
 		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "%v", err))
 	}
-	md := metadata.Pairs(forwardedKey, "1", clientHostKey, ClientHost(ctx))
-	octx := metadata.NewOutgoingContext(ctx, md)
-	if err := conn.Invoke(octx, info.FullMethod, req, out); err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && Reason(err) == "" {
-			return nil, toStatus(errcode.Errorf(errcode.NotLeader, "forwarding to leader %s: %v", leader, st.Message()))
-		}
-		return nil, err
+	if err := conn.Invoke(outgoing(ctx), fullMethod, req, out); err != nil {
+		return nil, leaderUnreachable(leader, err)
 	}
 	return out, nil
+}
+
+// UnaryInterceptor serves a request here when this node leads (or the
+// request accepts a stale read), and otherwise forwards it to the leader.
+func (f *Forwarder) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !f.forwards(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	leader, here, err := f.route(ctx, req)
+	switch {
+	case err != nil:
+		return nil, err
+	case here:
+		return handler(ctx, req)
+	}
+	return f.invoke(ctx, leader, info.FullMethod, req)
+}
+
+// ForwardAgain sends the unary call being served (ctx is its server
+// context) on to the current leader: for a call whose handler moved
+// leadership away from this node before it could finish (removing or
+// demoting the leader itself). It is the one second hop a call can take.
+func (f *Forwarder) ForwardAgain(ctx context.Context, req any) (proto.Message, error) {
+	method, ok := grpc.Method(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "ForwardAgain outside a gRPC call")
+	}
+	leader := f.node.LeaderGRPCAddress()
+	if leader == "" || f.node.IsLeader() {
+		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "leadership is moving (leader now: %q); retry shortly", leader))
+	}
+	return f.invoke(ctx, leader, method, req)
+}
+
+// StreamInterceptor is UnaryInterceptor for streaming calls (snapshot save
+// and restore): on a follower it opens the same stream to the leader and
+// relays messages both ways until the leader ends it.
+func (f *Forwarder) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !f.forwards(info.FullMethod) {
+		return handler(srv, ss)
+	}
+	leader, here, err := f.route(ss.Context(), nil)
+	switch {
+	case err != nil:
+		return err
+	case here:
+		return handler(srv, ss)
+	}
+	conn, err := f.conn(leader)
+	if err != nil {
+		return toStatus(errcode.Errorf(errcode.NotLeader, "%v", err))
+	}
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	desc := &grpc.StreamDesc{StreamName: info.FullMethod, ServerStreams: info.IsServerStream, ClientStreams: info.IsClientStream}
+	up, err := conn.NewStream(outgoing(ctx), desc, info.FullMethod)
+	if err != nil {
+		return leaderUnreachable(leader, err)
+	}
+	// Caller to leader. A send that fails ends this direction; the
+	// leader's status comes from RecvMsg below.
+	go func() {
+		for {
+			m, err := newMessage(info.FullMethod, true)
+			if err != nil {
+				cancel()
+				return
+			}
+			if err := ss.RecvMsg(m); err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = up.CloseSend()
+				} else {
+					cancel()
+				}
+				return
+			}
+			if err := up.SendMsg(m); err != nil {
+				return
+			}
+		}
+	}()
+	// Leader to caller.
+	for {
+		m, err := newMessage(info.FullMethod, false)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if err := up.RecvMsg(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return leaderUnreachable(leader, err)
+		}
+		if err := ss.SendMsg(m); err != nil {
+			return err
+		}
+	}
 }
 
 // ClientHost is the address of the client that sent the request, looking
@@ -166,8 +303,9 @@ func ClientHost(ctx context.Context) string {
 	return ""
 }
 
-// newResponse makes an empty response message for a full method name.
-func newResponse(fullMethod string) (proto.Message, error) {
+// newMessage makes an empty request (or response) message of a full
+// method name.
+func newMessage(fullMethod string, request bool) (proto.Message, error) {
 	parts := strings.Split(strings.TrimPrefix(fullMethod, "/"), "/")
 	if len(parts) != 2 {
 		return nil, fmt.Errorf("malformed method name %q", fullMethod)
@@ -184,9 +322,13 @@ func newResponse(fullMethod string) (proto.Message, error) {
 	if md == nil {
 		return nil, fmt.Errorf("service %q has no method %q", parts[0], parts[1])
 	}
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	name := md.Output().FullName()
+	if request {
+		name = md.Input().FullName()
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("response type of %q: %w", fullMethod, err)
+		return nil, fmt.Errorf("message type of %q: %w", fullMethod, err)
 	}
 	return mt.New().Interface(), nil
 }

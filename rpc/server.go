@@ -1,8 +1,11 @@
 // Package rpc is Cohort's gRPC surface: the GroupCoordinator and Topics
-// services over the leader's engine, forwarding from followers to the
-// leader, protocol errors as gRPC statuses with google.rpc.ErrorInfo, and
-// per-method metrics. It holds no protocol logic of its own: that is the
-// coordinator's and the FSM's.
+// services over the leader's engine, the ClusterService over the cluster
+// package (admin token, membership changes, snapshot streaming), the one
+// forwarding path from followers to the leader (forward.go), protocol
+// errors as gRPC statuses with google.rpc.ErrorInfo in one mapping
+// (errors.go), the client other nodes are reached with (PeerClient), and
+// per-method metrics. It holds no protocol or cluster logic of its own:
+// that is the coordinator's, the FSM's and the cluster package's.
 package rpc
 
 import (
@@ -13,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
@@ -102,27 +106,35 @@ func (s *TopicsServer) AddPartitions(ctx context.Context, r *cohortv1.AddPartiti
 	return &cohortv1.AddPartitionsResponse{}, nil
 }
 
-// Services are the services whose calls followers forward to the leader.
+// Services are the services whose calls followers forward to the leader
+// (except localClusterMethods).
 var Services = []string{
 	cohortv1.GroupCoordinator_ServiceDesc.ServiceName,
 	cohortv1.Topics_ServiceDesc.ServiceName,
+	cohortv1.ClusterService_ServiceDesc.ServiceName,
 }
 
-// Server bundles what cohortd needs to serve the group API.
+// Server bundles what cohortd needs to serve the gRPC API.
 type Server struct {
 	Forwarder *Forwarder
 	Metrics   *grpcprom.ServerMetrics
 	engine    *coordinator.Engine
+	cluster   *ClusterService
 }
 
-// NewServer prepares the group API over an engine; node tells who leads.
-func NewServer(e *coordinator.Engine, node Leadership, log *slog.Logger, dialOpts ...grpc.DialOption) *Server {
+// NewServer prepares the gRPC API of one node: the group API over the
+// engine and the ClusterService over cl (which also tells who leads),
+// guarded by adminToken when it is not empty. dialOpts are for the
+// connections to the leader (plaintext when none are given).
+func NewServer(e *coordinator.Engine, cl *cluster.Cluster, adminToken string, log *slog.Logger, dialOpts ...grpc.DialOption) *Server {
+	fwd := NewForwarder(cl, Services, localClusterMethods, log, dialOpts...)
 	return &Server{
-		Forwarder: NewForwarder(node, Services, log, dialOpts...),
+		Forwarder: fwd,
 		Metrics: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 18)),
 		)),
-		engine: e,
+		engine:  e,
+		cluster: NewClusterService(cl, fwd, adminToken),
 	}
 }
 
@@ -131,15 +143,17 @@ func NewServer(e *coordinator.Engine, node Leadership, log *slog.Logger, dialOpt
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Forwarder.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), s.Forwarder.StreamInterceptor),
 		ServerKeepalive(),
 	}
 }
 
-// Register adds the GroupCoordinator and Topics services to gs and
-// initialises per-method metrics.
+// Register adds the GroupCoordinator, Topics and ClusterService services
+// to gs and initialises per-method metrics.
 func (s *Server) Register(gs *grpc.Server) {
 	cohortv1.RegisterGroupCoordinatorServer(gs, &GroupServer{e: s.engine})
 	cohortv1.RegisterTopicsServer(gs, &TopicsServer{e: s.engine})
+	cohortv1.RegisterClusterServiceServer(gs, s.cluster)
 	s.Metrics.InitializeMetrics(gs)
 }
 

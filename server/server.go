@@ -1,6 +1,7 @@
 // Package server assembles one Cohort node: the Raft node with its FSM, the
-// leader's group engine following leadership, and the gRPC server with the
-// group, topics, cluster and health services. cmd/cohortd runs it; the
+// cluster operations around it, the leader's group engine following
+// leadership, and the gRPC server with the group, topics, cluster and
+// health services. cmd/cohortd runs it; the
 // in-process cluster tests start three of them on loopback. It owns the
 // order of start and shutdown, nothing of the protocol.
 package server
@@ -19,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
@@ -27,11 +29,17 @@ import (
 	"github.com/cohortlabs/cohort/rpc"
 )
 
-// Config configures a node. Raft.GRPCAdvertise defaults to the listener's
-// address.
+// Config configures a node: start each part from its DefaultConfig.
+// Cluster.GRPCAdvertise empty means the listener's address; the loggers of
+// the parts default to Logger.
 type Config struct {
 	Raft        raftnode.Config
+	Cluster     cluster.Config
 	Coordinator coordinator.Config
+	// AdminToken, when set, is required as `authorization: Bearer <token>`
+	// on every ClusterService call except NodeInfo and Health, and is sent
+	// by this node on its own calls to other nodes.
+	AdminToken string
 	// GRPCListener is where the gRPC API is served; the node closes it.
 	GRPCListener net.Listener
 	Logger       *slog.Logger
@@ -39,13 +47,15 @@ type Config struct {
 
 // Server is one running node.
 type Server struct {
-	Node   *raftnode.Node
-	FSM    *fsm.FSM
-	Engine *coordinator.Engine
-	API    *rpc.Server
-	GRPC   *grpc.Server
-	Health *health.Server
+	Node    *raftnode.Node
+	Cluster *cluster.Cluster
+	FSM     *fsm.FSM
+	Engine  *coordinator.Engine
+	API     *rpc.Server
+	GRPC    *grpc.Server
+	Health  *health.Server
 
+	peers    *rpc.PeerClient
 	log      *slog.Logger
 	lis      net.Listener
 	cancel   context.CancelFunc
@@ -64,11 +74,14 @@ func Start(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.Raft.GRPCAdvertise == "" {
-		cfg.Raft.GRPCAdvertise = cfg.GRPCListener.Addr().String()
+	if cfg.Cluster.GRPCAdvertise == "" {
+		cfg.Cluster.GRPCAdvertise = cfg.GRPCListener.Addr().String()
 	}
 	if cfg.Raft.Logger == nil {
 		cfg.Raft.Logger = log
+	}
+	if cfg.Cluster.Logger == nil {
+		cfg.Cluster.Logger = log
 	}
 	if cfg.Coordinator.Logger == nil {
 		cfg.Coordinator.Logger = log
@@ -78,15 +91,23 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := coordinator.New(cfg.Coordinator, engineRaft{node}, f)
+	peers := rpc.NewPeerClient(cfg.AdminToken)
+	cl, err := cluster.New(cfg.Cluster, node, peers)
 	if err != nil {
+		_ = peers.Close()
 		_ = node.Shutdown(context.Background())
 		return nil, err
 	}
-	api := rpc.NewServer(engine, node, log)
+	engine, err := coordinator.New(cfg.Coordinator, engineRaft{node}, f)
+	if err != nil {
+		cl.Close()
+		_ = peers.Close()
+		_ = node.Shutdown(context.Background())
+		return nil, err
+	}
+	api := rpc.NewServer(engine, cl, cfg.AdminToken, log)
 	gs := grpc.NewServer(api.ServerOptions()...)
 	api.Register(gs)
-	cohortv1.RegisterClusterServiceServer(gs, raftnode.NewClusterService(node))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
@@ -96,8 +117,8 @@ func Start(cfg Config) (*Server, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		Node: node, FSM: f, Engine: engine, API: api, GRPC: gs, Health: hs,
-		log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
+		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: hs,
+		peers: peers, log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
 	}
 	sub := node.SubscribeLeadership()
 	leading := make(chan bool)
@@ -138,11 +159,13 @@ func (s *Server) Collectors() []prometheus.Collector {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		s.Health.Shutdown()
+		s.Cluster.Close()
 		err := s.Node.Shutdown(ctx)
 		s.cancel()
 		stopGRPC(ctx, s.GRPC)
 		s.done.Wait()
 		s.API.Close()
+		_ = s.peers.Close()
 		s.stopErr = err
 	})
 	return s.stopErr
@@ -153,10 +176,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Kill() {
 	s.stopOnce.Do(func() {
 		s.GRPC.Stop()
+		s.Cluster.Close()
 		_ = s.Node.Kill()
 		s.cancel()
 		s.done.Wait()
 		s.API.Close()
+		_ = s.peers.Close()
 	})
 }
 

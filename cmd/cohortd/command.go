@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/server"
@@ -24,34 +25,24 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// options are cohortd's flags.
+// options are cohortd's flags: the raft and cluster configurations are
+// their packages' DefaultConfig with the flags applied.
 type options struct {
-	nodeID, dataDir                      string
-	raftAddr, raftAdvertise              string
+	raft                                 raftnode.Config
+	cluster                              cluster.Config
 	grpcAddr, grpcAdvertise, httpAddr    string
-	bootstrap                            bool
-	bootstrapExpect                      int
-	join                                 []string
-	heartbeat, election, lease, commit   time.Duration
-	snapshotInterval                     time.Duration
-	snapshotThreshold, trailingLogs      uint64
-	maxAppendEntries                     int
 	shutdownTimeout                      time.Duration
 	initialDelay, minSession, maxSession time.Duration
 	offsetsRetention, retentionCheck     time.Duration
 	maxGroupSize                         int
 	logLevel, logFormat                  string
 	adminToken                           string
-	promoteMaxLag                        uint64
-	healthyLastContact                   time.Duration
-	joinAsNonvoter                       bool
-	autopilot                            raftnode.AutopilotConfig
 }
 
 const envPrefix = "COHORT_"
 
 func newRootCommand() *cobra.Command {
-	var o options
+	o := options{raft: raftnode.DefaultConfig(), cluster: cluster.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "cohortd",
 		Short: "Cohort server: a Raft replica of the consumer-group coordinator",
@@ -77,24 +68,25 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.nodeID, "node-id", "", "Raft server ID; stored in the data dir on first start (generated when empty)")
-	f.StringVar(&o.dataDir, "data-dir", "./data", "directory for the node ID, the raft log and snapshots")
-	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7001", "address the Raft transport listens on")
-	f.StringVar(&o.raftAdvertise, "raft-advertise", "", "address other nodes reach the Raft transport on (default: --raft-addr)")
+	r, c := &o.raft, &o.cluster
+	f.StringVar(&r.NodeID, "node-id", "", "Raft server ID; stored in the data dir on first start (generated when empty)")
+	f.StringVar(&r.DataDir, "data-dir", "./data", "directory for the node ID, the raft log and snapshots")
+	f.StringVar(&r.RaftBind, "raft-addr", "127.0.0.1:7001", "address the Raft transport listens on")
+	f.StringVar(&r.RaftAdvertise, "raft-advertise", "", "address other nodes reach the Raft transport on (default: --raft-addr)")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9001", "address the gRPC server listens on")
 	f.StringVar(&o.grpcAdvertise, "grpc-advertise", "", "address other nodes and clients reach the gRPC server on (default: --grpc-addr)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8001", "address of /healthz, /readyz and /metrics")
-	f.BoolVar(&o.bootstrap, "bootstrap", false, "bootstrap a one-node cluster if this node has no raft state")
-	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many nodes (this one included) are reachable through --join, none with raft state")
-	f.StringSliceVar(&o.join, "join", nil, "gRPC addresses of other nodes, comma-separated")
-	f.DurationVar(&o.heartbeat, "raft-heartbeat-timeout", raftnode.DefaultHeartbeatTimeout, "follower's wait for the leader before an election")
-	f.DurationVar(&o.election, "raft-election-timeout", raftnode.DefaultElectionTimeout, "candidate's wait for votes")
-	f.DurationVar(&o.lease, "raft-leader-lease-timeout", raftnode.DefaultLeaderLeaseTimeout, "leader steps down after this long without a quorum")
-	f.DurationVar(&o.commit, "raft-commit-timeout", raftnode.DefaultCommitTimeout, "leader's idle wait before sending the commit index")
-	f.DurationVar(&o.snapshotInterval, "raft-snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
-	f.Uint64Var(&o.snapshotThreshold, "raft-snapshot-threshold", raftnode.DefaultSnapshotThreshold, "new log entries that make a snapshot due")
-	f.Uint64Var(&o.trailingLogs, "raft-trailing-logs", raftnode.DefaultTrailingLogs, "log entries kept after a snapshot")
-	f.IntVar(&o.maxAppendEntries, "raft-max-append-entries", raftnode.DefaultMaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
+	f.BoolVar(&c.Bootstrap, "bootstrap", false, "bootstrap a one-node cluster if this node has no raft state")
+	f.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many nodes (this one included) are reachable through --join, none with raft state")
+	f.StringSliceVar(&c.Join, "join", nil, "gRPC addresses of other nodes, comma-separated")
+	f.DurationVar(&r.HeartbeatTimeout, "raft-heartbeat-timeout", r.HeartbeatTimeout, "follower's wait for the leader before an election")
+	f.DurationVar(&r.ElectionTimeout, "raft-election-timeout", r.ElectionTimeout, "candidate's wait for votes")
+	f.DurationVar(&r.LeaderLeaseTimeout, "raft-leader-lease-timeout", r.LeaderLeaseTimeout, "leader steps down after this long without a quorum")
+	f.DurationVar(&r.CommitTimeout, "raft-commit-timeout", r.CommitTimeout, "leader's idle wait before sending the commit index")
+	f.DurationVar(&r.SnapshotInterval, "raft-snapshot-interval", r.SnapshotInterval, "how often to check whether a snapshot is due")
+	f.Uint64Var(&r.SnapshotThreshold, "raft-snapshot-threshold", r.SnapshotThreshold, "new log entries that make a snapshot due")
+	f.Uint64Var(&r.TrailingLogs, "raft-trailing-logs", r.TrailingLogs, "log entries kept after a snapshot")
+	f.IntVar(&r.MaxAppendEntries, "raft-max-append-entries", r.MaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
 	cd := coordinator.DefaultConfig()
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
@@ -104,15 +96,17 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.offsetsRetention, "offsets-retention", cd.OffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
 	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", cd.OffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
 	f.StringVar(&o.adminToken, "admin-token", "", "require this token (authorization: Bearer <token>) on every admin RPC; set it whenever the gRPC port is reachable from a shared network")
-	f.Uint64Var(&o.promoteMaxLag, "promote-max-lag", raftnode.DefaultPromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
-	f.DurationVar(&o.healthyLastContact, "healthy-last-contact", raftnode.DefaultHealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
-	f.BoolVar(&o.joinAsNonvoter, "join-as-nonvoter", false, "with --join (without --bootstrap-expect): stay a non-voter instead of asking for promotion")
-	f.BoolVar(&o.autopilot.Enabled, "autopilot", false, "run autopilot on the leader: promote stable non-voters, optionally remove dead servers")
-	f.BoolVar(&o.autopilot.CleanupDeadServers, "autopilot-cleanup-dead-servers", false, "let autopilot remove servers that failed for --autopilot-dead-server-threshold")
-	f.DurationVar(&o.autopilot.DeadServerThreshold, "autopilot-dead-server-threshold", raftnode.DefaultDeadServerThreshold, "how long a server must fail the leader's probes before autopilot removes it")
-	f.DurationVar(&o.autopilot.ServerStabilizationTime, "autopilot-server-stabilization-time", raftnode.DefaultServerStabilizationTime, "how long a non-voter must be healthy before autopilot promotes it")
-	f.UintVar(&o.autopilot.MinQuorum, "autopilot-min-quorum", 0, "autopilot never removes voters below this number")
-	f.DurationVar(&o.autopilot.Interval, "autopilot-interval", raftnode.DefaultAutopilotInterval, "how often autopilot checks health and reconciles")
+	f.Uint64Var(&c.PromoteMaxLag, "promote-max-lag", c.PromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
+	f.DurationVar(&c.HealthyLastContact, "healthy-last-contact", c.HealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
+	f.BoolVar(&c.JoinAsNonvoter, "join-as-nonvoter", false, "with --join (without --bootstrap-expect): stay a non-voter instead of asking for promotion")
+	ap := &c.Autopilot
+	f.BoolVar(&ap.Enabled, "autopilot", false, "run autopilot on the leader: promote stable non-voters, optionally remove dead servers")
+	f.BoolVar(&ap.CleanupDeadServers, "autopilot-cleanup-dead-servers", false, "let autopilot remove servers that failed for --autopilot-dead-server-threshold")
+	f.DurationVar(&ap.DeadServerThreshold, "autopilot-dead-server-threshold", ap.DeadServerThreshold, "how long a server must fail the leader's probes before autopilot removes it")
+	f.DurationVar(&ap.ServerStabilizationTime, "autopilot-server-stabilization-time", ap.ServerStabilizationTime, "how long a non-voter must be healthy before autopilot promotes it")
+	f.UintVar(&ap.MinQuorum, "autopilot-min-quorum", 0, "autopilot never removes voters below this number")
+	f.Uint64Var(&ap.MaxTrailingLogs, "autopilot-max-trailing-logs", ap.MaxTrailingLogs, "autopilot counts a server lagging more entries as unhealthy")
+	f.DurationVar(&ap.Interval, "autopilot-interval", ap.Interval, "how often autopilot checks health and reconciles")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	cmd.AddCommand(newLeaveCommand(), newRecoverCommand())
@@ -182,31 +176,15 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	}
 	defer httpLis.Close()
 
+	rc := o.raft
+	rc.Logger = log
+	cc := o.cluster
+	cc.GRPCAdvertise = advertised(o.grpcAdvertise, grpcLis)
+	cc.Logger = log
 	srv, err := server.Start(server.Config{
-		Raft: raftnode.Config{
-			NodeID:             o.nodeID,
-			DataDir:            o.dataDir,
-			RaftBind:           o.raftAddr,
-			RaftAdvertise:      o.raftAdvertise,
-			GRPCAdvertise:      advertised(o.grpcAdvertise, grpcLis),
-			Bootstrap:          o.bootstrap,
-			BootstrapExpect:    o.bootstrapExpect,
-			Join:               o.join,
-			HeartbeatTimeout:   o.heartbeat,
-			ElectionTimeout:    o.election,
-			LeaderLeaseTimeout: o.lease,
-			CommitTimeout:      o.commit,
-			SnapshotInterval:   o.snapshotInterval,
-			SnapshotThreshold:  o.snapshotThreshold,
-			TrailingLogs:       o.trailingLogs,
-			MaxAppendEntries:   o.maxAppendEntries,
-			AdminToken:         o.adminToken,
-			PromoteMaxLag:      o.promoteMaxLag,
-			HealthyLastContact: o.healthyLastContact,
-			JoinAsNonvoter:     o.joinAsNonvoter,
-			Autopilot:          o.autopilot,
-			Logger:             log,
-		},
+		Raft:         rc,
+		Cluster:      cc,
+		AdminToken:   o.adminToken,
 		Coordinator:  o.coordinatorConfig(log),
 		GRPCListener: grpcLis,
 		Logger:       log,
@@ -232,7 +210,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		}
 	}()
 	log.Info("cohortd started", "grpc_address", grpcLis.Addr().String(), "http_address", httpLis.Addr().String(),
-		"raft_address", srv.Node.RaftAddress(), "data_dir", o.dataDir)
+		"raft_address", srv.Node.RaftAddress(), "data_dir", o.raft.DataDir)
 
 	var runErr error
 	select {
@@ -242,7 +220,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		log.Error("server failed; shutting down", "err", runErr)
 	case runErr = <-srv.Err():
 		log.Error("server failed; shutting down", "err", runErr)
-	case <-srv.Node.Removed():
+	case <-srv.Cluster.Removed():
 		log.Warn("removed from the cluster; shutting down (wipe the data dir before this node joins again)")
 	}
 

@@ -37,6 +37,12 @@ var table = [...]struct {
 	{errcode.InvalidSessionTimeout, cohortv1.ErrorCode_ERROR_CODE_INVALID_SESSION_TIMEOUT},
 	{errcode.NotLeader, cohortv1.ErrorCode_ERROR_CODE_NOT_LEADER},
 	{errcode.StaleCommand, cohortv1.ErrorCode_ERROR_CODE_STALE_COMMAND},
+	{errcode.UnknownServer, cohortv1.ErrorCode_ERROR_CODE_UNKNOWN_SERVER},
+	{errcode.ServerLagging, cohortv1.ErrorCode_ERROR_CODE_SERVER_LAGGING},
+	{errcode.QuorumAtRisk, cohortv1.ErrorCode_ERROR_CODE_QUORUM_AT_RISK},
+	{errcode.LastVoter, cohortv1.ErrorCode_ERROR_CODE_LAST_VOTER},
+	{errcode.ConfigurationConflict, cohortv1.ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT},
+	{errcode.AutopilotManaged, cohortv1.ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED},
 }
 
 // ToEnum returns the API enum value of c; false for Unknown and numbers

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cohortlabs/cohort/cluster"
+
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/server"
@@ -66,18 +68,20 @@ func StartInProcess(ctx context.Context, opts InProcessOptions) (*InProcess, err
 		c.addrs = append(c.addrs, l.Addr().String())
 	}
 	for i := range opts.Size {
-		rc := raftnode.Config{
-			NodeID:          fmt.Sprintf("node%d", i+1),
-			DataDir:         filepath.Join(opts.Dir, fmt.Sprintf("node%d", i+1)),
-			RaftBind:        "127.0.0.1:0",
-			BootstrapExpect: opts.Size,
-			Join:            c.addrs,
-			PollInterval:    50 * time.Millisecond,
-		}
+		rc := raftnode.DefaultConfig()
+		rc.NodeID = fmt.Sprintf("node%d", i+1)
+		rc.DataDir = filepath.Join(opts.Dir, fmt.Sprintf("node%d", i+1))
+		rc.RaftBind = "127.0.0.1:0"
+		rc.Logger = opts.Logger
 		if opts.Raft != nil {
 			opts.Raft(i, &rc)
 		}
-		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Coordinator: opts.Coordinator, Logger: opts.Logger})
+		cc := cluster.DefaultConfig()
+		cc.BootstrapExpect = opts.Size
+		cc.Join = c.addrs
+		cc.PollInterval = 50 * time.Millisecond
+		cc.Logger = opts.Logger
+		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, Logger: opts.Logger})
 	}
 	for i := range opts.Size {
 		if err := c.start(i, lis[i]); err != nil {

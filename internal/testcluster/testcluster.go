@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/cluster"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -32,6 +34,8 @@ type Options struct {
 	Coordinator coordinator.Config
 	// Raft adjusts each node's raft configuration before start.
 	Raft func(i int, c *raftnode.Config)
+	// Cluster adjusts each node's cluster configuration before start.
+	Cluster func(i int, c *cluster.Config)
 }
 
 // DefaultCoordinator is an engine configuration for fast tests: the
@@ -44,6 +48,32 @@ func DefaultCoordinator() coordinator.Config {
 	c.MinSessionTimeout = 100 * time.Millisecond
 	c.Logger = Logger()
 	return c
+}
+
+// RaftConfig is a node's raft configuration for tests: loopback, a
+// random port, and Raft's own 1 s timeouts rather than cohortd's LAN
+// defaults: test binaries share two cores under the race detector, and a
+// starved leader must not lose its lease in the middle of a test that is
+// not about elections.
+func RaftConfig(id, dataDir string) raftnode.Config {
+	rc := raftnode.DefaultConfig()
+	rc.NodeID = id
+	rc.DataDir = dataDir
+	rc.RaftBind = "127.0.0.1:0"
+	rc.HeartbeatTimeout = time.Second
+	rc.ElectionTimeout = time.Second
+	rc.LeaderLeaseTimeout = 500 * time.Millisecond
+	rc.Logger = Logger()
+	return rc
+}
+
+// ClusterConfig is a node's cluster configuration for tests: polls every
+// 50 ms.
+func ClusterConfig() cluster.Config {
+	cc := cluster.DefaultConfig()
+	cc.PollInterval = 50 * time.Millisecond
+	cc.Logger = Logger()
+	return cc
 }
 
 // Node is one member of a test cluster.
@@ -88,25 +118,17 @@ func Start(t testing.TB, size int, opts Options) *Cluster {
 		join = append(join, l.Addr().String())
 	}
 	for i := range size {
-		rc := raftnode.Config{
-			NodeID:          fmt.Sprintf("n%d", i+1),
-			DataDir:         t.TempDir(),
-			RaftBind:        "127.0.0.1:0",
-			BootstrapExpect: size,
-			Join:            join,
-			PollInterval:    50 * time.Millisecond,
-			// Raft's own 1 s defaults rather than cohortd's LAN defaults:
-			// test binaries share two cores under the race detector, and a
-			// starved leader must not lose its lease in the middle of a test
-			// that is not about elections.
-			HeartbeatTimeout:   time.Second,
-			ElectionTimeout:    time.Second,
-			LeaderLeaseTimeout: 500 * time.Millisecond,
-		}
+		rc := RaftConfig(fmt.Sprintf("n%d", i+1), t.TempDir())
 		if opts.Raft != nil {
 			opts.Raft(i, &rc)
 		}
-		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Coordinator: opts.Coordinator, Logger: Logger()}}
+		cc := ClusterConfig()
+		cc.BootstrapExpect = size
+		cc.Join = join
+		if opts.Cluster != nil {
+			opts.Cluster(i, &cc)
+		}
+		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, Logger: Logger()}}
 		c.start(n, lis[i])
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -211,7 +233,7 @@ func (c *Cluster) WaitServing() int {
 			return false, fmt.Sprintf("leader %s does not serve: %v", c.Nodes[leader].ID, err)
 		}
 		for i, n := range c.Nodes {
-			if c.Live(i) && n.Node.LeaderGRPCAddress() != c.Addr(leader) {
+			if c.Live(i) && n.Cluster.LeaderGRPCAddress() != c.Addr(leader) {
 				return false, fmt.Sprintf("%s does not know the leader's gRPC address yet", n.ID)
 			}
 		}

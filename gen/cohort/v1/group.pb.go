@@ -47,6 +47,13 @@ const (
 	ErrorCode_ERROR_CODE_INVALID_SESSION_TIMEOUT     ErrorCode = 18
 	ErrorCode_ERROR_CODE_NOT_LEADER                  ErrorCode = 19
 	ErrorCode_ERROR_CODE_STALE_COMMAND               ErrorCode = 20
+	// Cluster administration refusals (ClusterService; never per item).
+	ErrorCode_ERROR_CODE_UNKNOWN_SERVER         ErrorCode = 21
+	ErrorCode_ERROR_CODE_SERVER_LAGGING         ErrorCode = 22
+	ErrorCode_ERROR_CODE_QUORUM_AT_RISK         ErrorCode = 23
+	ErrorCode_ERROR_CODE_LAST_VOTER             ErrorCode = 24
+	ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT ErrorCode = 25
+	ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED      ErrorCode = 26
 )
 
 // Enum value maps for ErrorCode.
@@ -73,6 +80,12 @@ var (
 		18: "ERROR_CODE_INVALID_SESSION_TIMEOUT",
 		19: "ERROR_CODE_NOT_LEADER",
 		20: "ERROR_CODE_STALE_COMMAND",
+		21: "ERROR_CODE_UNKNOWN_SERVER",
+		22: "ERROR_CODE_SERVER_LAGGING",
+		23: "ERROR_CODE_QUORUM_AT_RISK",
+		24: "ERROR_CODE_LAST_VOTER",
+		25: "ERROR_CODE_CONFIGURATION_CONFLICT",
+		26: "ERROR_CODE_AUTOPILOT_MANAGED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_NONE":                        0,
@@ -96,6 +109,12 @@ var (
 		"ERROR_CODE_INVALID_SESSION_TIMEOUT":     18,
 		"ERROR_CODE_NOT_LEADER":                  19,
 		"ERROR_CODE_STALE_COMMAND":               20,
+		"ERROR_CODE_UNKNOWN_SERVER":              21,
+		"ERROR_CODE_SERVER_LAGGING":              22,
+		"ERROR_CODE_QUORUM_AT_RISK":              23,
+		"ERROR_CODE_LAST_VOTER":                  24,
+		"ERROR_CODE_CONFIGURATION_CONFLICT":      25,
+		"ERROR_CODE_AUTOPILOT_MANAGED":           26,
 	}
 )
 
@@ -2695,7 +2714,7 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
 	"partitions\"\x17\n" +
-	"\x15AddPartitionsResponse*\xe3\x05\n" +
+	"\x15AddPartitionsResponse*\xa4\a\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -2718,7 +2737,13 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"!ERROR_CODE_GROUP_MAX_SIZE_REACHED\x10\x11\x12&\n" +
 	"\"ERROR_CODE_INVALID_SESSION_TIMEOUT\x10\x12\x12\x19\n" +
 	"\x15ERROR_CODE_NOT_LEADER\x10\x13\x12\x1c\n" +
-	"\x18ERROR_CODE_STALE_COMMAND\x10\x142\xc7\x05\n" +
+	"\x18ERROR_CODE_STALE_COMMAND\x10\x14\x12\x1d\n" +
+	"\x19ERROR_CODE_UNKNOWN_SERVER\x10\x15\x12\x1d\n" +
+	"\x19ERROR_CODE_SERVER_LAGGING\x10\x16\x12\x1d\n" +
+	"\x19ERROR_CODE_QUORUM_AT_RISK\x10\x17\x12\x19\n" +
+	"\x15ERROR_CODE_LAST_VOTER\x10\x18\x12%\n" +
+	"!ERROR_CODE_CONFIGURATION_CONFLICT\x10\x19\x12 \n" +
+	"\x1cERROR_CODE_AUTOPILOT_MANAGED\x10\x1a2\xc7\x05\n" +
 	"\x10GroupCoordinator\x12F\n" +
 	"\tJoinGroup\x12\x1b.cohort.v1.JoinGroupRequest\x1a\x1c.cohort.v1.JoinGroupResponse\x12F\n" +
 	"\tSyncGroup\x12\x1b.cohort.v1.SyncGroupRequest\x1a\x1c.cohort.v1.SyncGroupResponse\x12F\n" +

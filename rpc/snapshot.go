@@ -1,4 +1,4 @@
-package raftnode
+package rpc
 
 import (
 	"bytes"
@@ -21,41 +21,19 @@ const snapshotChunk = 256 << 10
 
 // SnapshotSave streams a fresh snapshot of the leader's state: metadata,
 // data, then the data's size and SHA-256.
-func (s *ClusterService) SnapshotSave(req *cohortv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[cohortv1.SnapshotSaveResponse]) error {
+func (s *ClusterService) SnapshotSave(_ *cohortv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[cohortv1.SnapshotSaveResponse]) error {
 	ctx := stream.Context()
 	if err := s.authorize(ctx); err != nil {
 		return err
 	}
-	if !s.n.IsLeader() {
-		cl, octx, err := s.leaderClient(ctx)
-		if err != nil {
-			return err
-		}
-		up, err := cl.SnapshotSave(octx, req)
-		if err != nil {
-			return err
-		}
-		for {
-			m, err := up.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := stream.Send(m); err != nil {
-				return err
-			}
-		}
-	}
-	meta, rc, err := s.n.OpenSnapshot(ctx)
+	meta, rc, err := s.cl.Node().OpenSnapshot(ctx)
 	if err != nil {
-		return statusOf(err)
+		return toStatus(err)
 	}
 	defer rc.Close()
 	err = stream.Send(&cohortv1.SnapshotSaveResponse{Part: &cohortv1.SnapshotSaveResponse_Metadata{Metadata: &cohortv1.SnapshotMetadata{
 		FsmFormatVersion: fsm.SnapshotFormatVersion, Index: meta.Index, Term: meta.Term,
-		NodeId: s.n.id, CreatedUnixMs: time.Now().UnixMilli(),
+		NodeId: s.cl.Node().ID(), CreatedUnixMs: time.Now().UnixMilli(),
 	}}})
 	if err != nil {
 		return err
@@ -95,36 +73,6 @@ func (s *ClusterService) SnapshotRestore(stream grpc.ClientStreamingServer[cohor
 	if err := s.authorize(ctx); err != nil {
 		return err
 	}
-	if !s.n.IsLeader() {
-		cl, octx, err := s.leaderClient(ctx)
-		if err != nil {
-			return err
-		}
-		up, err := cl.SnapshotRestore(octx)
-		if err != nil {
-			return err
-		}
-		for {
-			m, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if err := up.Send(m); err != nil {
-				if errors.Is(err, io.EOF) {
-					break // the leader answered early; CloseAndRecv has its answer
-				}
-				return err
-			}
-		}
-		resp, err := up.CloseAndRecv()
-		if err != nil {
-			return err
-		}
-		return stream.SendAndClose(resp)
-	}
 
 	first, err := stream.Recv()
 	if err != nil {
@@ -137,7 +85,7 @@ func (s *ClusterService) SnapshotRestore(stream grpc.ClientStreamingServer[cohor
 	if v := meta.GetFsmFormatVersion(); v != fsm.SnapshotFormatVersion {
 		return status.Errorf(codes.InvalidArgument, "snapshot has FSM format version %d; this cluster reads version %d: nothing changed", v, fsm.SnapshotFormatVersion)
 	}
-	tmp, err := os.CreateTemp(s.n.cfg.DataDir, "restore-*.snap")
+	tmp, err := os.CreateTemp(s.cl.Node().Config().DataDir, "restore-*.snap")
 	if err != nil {
 		return status.Errorf(codes.Internal, "buffer the snapshot: %v", err)
 	}
@@ -175,9 +123,9 @@ func (s *ClusterService) SnapshotRestore(stream grpc.ClientStreamingServer[cohor
 	if sum := h.Sum(nil); !bytes.Equal(sum, trailer.GetSha256()) {
 		return status.Errorf(codes.InvalidArgument, "snapshot SHA-256 is %x, its trailer says %x (corrupted): nothing changed", sum, trailer.GetSha256())
 	}
-	idx, err := s.n.RestoreSnapshot(ctx, tmp, int64(size), meta.GetIndex(), meta.GetTerm())
+	idx, err := s.cl.Node().RestoreSnapshot(ctx, tmp, int64(size), meta.GetIndex(), meta.GetTerm())
 	if err != nil {
-		return statusOf(err)
+		return toStatus(err)
 	}
 	return stream.SendAndClose(&cohortv1.SnapshotRestoreResponse{
 		Index: idx,

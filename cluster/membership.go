@@ -1,4 +1,4 @@
-package raftnode
+package cluster
 
 import (
 	"context"
@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/errcode"
+
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A node's own view of the configuration is not enough to decide that it
@@ -23,21 +22,21 @@ import (
 // Removed is closed when this node finds itself no longer in the cluster's
 // Raft configuration after having been in it: an operator (or autopilot)
 // removed it. cohortd stops the node then, instead of letting it linger.
-func (n *Node) Removed() <-chan struct{} { return n.removed }
+func (cl *Cluster) Removed() <-chan struct{} { return cl.removed }
 
 // watchRemoval closes removed once the leader confirms that its
 // configuration lacks this node.
-func (n *Node) watchRemoval() {
-	defer n.bgWG.Done()
-	tick := time.NewTicker(n.cfg.PollInterval)
+func (cl *Cluster) watchRemoval() {
+	defer cl.bgWG.Done()
+	tick := time.NewTicker(cl.cfg.PollInterval)
 	defer tick.Stop()
 	for {
 		select {
-		case <-n.bg.Done():
+		case <-cl.bg.Done():
 			return
 		case <-tick.C:
 		}
-		c, err := n.Configuration()
+		c, err := cl.node.Configuration()
 		if err != nil || len(c.Servers) == 0 {
 			continue // not part of any cluster yet
 		}
@@ -46,16 +45,16 @@ func (n *Node) watchRemoval() {
 		// removal or an old configuration being replayed), or when a leader
 		// went silent: it may have stopped replicating to a removed server
 		// before the entry that removes it arrived. The leader decides.
-		if _, in := findServer(c, n.id); in && !n.leaderSilent() {
+		if _, in := findServer(c, cl.id); in && !cl.leaderSilent() {
 			continue
 		}
-		if !n.leaderLacksMe(n.bg) {
+		if !cl.leaderLacksMe(cl.bg) {
 			continue
 		}
-		n.removedOnce.Do(func() {
-			n.log.Warn("this node was removed from the raft configuration; stopping (wipe its data dir to join again)",
+		cl.removedOnce.Do(func() {
+			cl.log.Warn("this node was removed from the raft configuration; stopping (wipe its data dir to join again)",
 				"servers", describeServers(c.Servers))
-			close(n.removed)
+			close(cl.removed)
 		})
 		return
 	}
@@ -63,62 +62,47 @@ func (n *Node) watchRemoval() {
 
 // leaderSilent reports whether this follower has not heard from a leader
 // for longer than a few heartbeat timeouts.
-func (n *Node) leaderSilent() bool {
-	if n.raft.State() == raft.Leader {
+func (cl *Cluster) leaderSilent() bool {
+	if cl.raft.State() == raft.Leader {
 		return false
 	}
-	last := n.raft.LastContact()
-	return !last.IsZero() && time.Since(last) > 4*n.cfg.HeartbeatTimeout
-}
-
-// statusPeer is the part of GRPCPeerClient removal detection needs.
-type statusPeer interface {
-	Status(ctx context.Context, addr string) (*cohortv1.StatusResponse, error)
+	last := cl.node.LastContact()
+	return !last.IsZero() && time.Since(last) > silentLeaderHeartbeats*cl.node.Config().HeartbeatTimeout
 }
 
 // leaderLacksMe asks the cluster (the leader, through any node it can
 // name) whether its configuration lacks this node. No answer is no.
-func (n *Node) leaderLacksMe(ctx context.Context) bool {
-	sp, ok := n.peers.(statusPeer)
-	if !ok {
-		return false
-	}
+func (cl *Cluster) leaderLacksMe(ctx context.Context) bool {
 	var addrs []string
-	seen := map[string]bool{n.cfg.GRPCAdvertise: true}
+	seen := map[string]bool{cl.cfg.GRPCAdvertise: true}
 	add := func(a string) {
 		if a != "" && !seen[a] {
 			seen[a] = true
 			addrs = append(addrs, a)
 		}
 	}
-	add(n.LeaderGRPCAddress())
-	for _, node := range n.fsm.Nodes() {
+	add(cl.LeaderGRPCAddress())
+	for _, node := range cl.node.FSM().Nodes() {
 		add(node.GRPCAddress)
 	}
-	for _, a := range n.cfg.Join {
+	for _, a := range cl.cfg.Join {
 		add(a)
 	}
 	for _, addr := range addrs {
-		cctx, cancel := context.WithTimeout(ctx, 2*peerCallTimeout)
-		st, err := sp.Status(cctx, addr)
+		cctx, cancel := context.WithTimeout(ctx, joinCallTimeout)
+		st, err := cl.peers.Status(cctx, addr)
 		cancel()
 		if err != nil {
 			continue
 		}
-		for _, s := range st.GetServers() {
-			if s.GetNodeId() == n.id {
+		for _, s := range st.Servers {
+			if s.NodeID == cl.id {
 				return false
 			}
 		}
 		return true
 	}
 	return false
-}
-
-// adminPeer is the part of GRPCPeerClient a joining node needs.
-type adminPeer interface {
-	AddNonvoter(ctx context.Context, addr string, req *cohortv1.AddNonvoterRequest) (*cohortv1.AddNonvoterResponse, error)
-	Promote(ctx context.Context, addr string, req *cohortv1.PromoteRequest) (*cohortv1.PromoteResponse, error)
 }
 
 // errGiveUp ends a join step's retries.
@@ -132,86 +116,80 @@ var errGiveUp = errors.New("giving up")
 // the leader says so, never on the node's own (possibly replayed) view. A
 // node restarting with state only finishes a promotion it had not got; it
 // never adds itself again, so a removed node cannot come back by restarting.
-func (n *Node) runJoin() {
-	defer n.bgWG.Done()
-	if len(n.cfg.Join) == 0 || n.cfg.BootstrapExpect > 0 || n.cfg.Bootstrap {
-		return
-	}
-	ap, ok := n.peers.(adminPeer)
-	if !ok {
+func (cl *Cluster) runJoin() {
+	defer cl.bgWG.Done()
+	if len(cl.cfg.Join) == 0 || cl.cfg.BootstrapExpect > 0 || cl.cfg.Bootstrap {
 		return
 	}
 	promote := func(ctx context.Context, addr string) error {
-		resp, err := ap.Promote(ctx, addr, &cohortv1.PromoteRequest{NodeId: n.id})
-		if status.Code(err) == codes.NotFound {
+		msg, err := cl.peers.Promote(ctx, addr, cl.id)
+		if errors.Is(err, errcode.ErrUnknownServer) {
 			return fmt.Errorf("%w: the cluster no longer has this node: %v", errGiveUp, err)
 		}
 		if err == nil {
-			n.log.Info("promoted to voter", "via", addr, "answer", resp.GetMessage())
+			cl.log.Info("promoted to voter", "via", addr, "answer", msg)
 		}
 		return err
 	}
-	if n.hadState {
-		c, err := n.Configuration()
-		if s, in := findServer(c, n.id); err != nil || !in || s.Suffrage == raft.Voter || n.cfg.JoinAsNonvoter {
+	if cl.hadState {
+		c, err := cl.node.Configuration()
+		if s, in := findServer(c, cl.id); err != nil || !in || s.Suffrage == raft.Voter || cl.cfg.JoinAsNonvoter {
 			return
 		}
-		if n.retryJoin("promote", promote) {
-			n.log.Info("joined the cluster as a voter")
+		if cl.retryJoin("promote", promote) {
+			cl.log.Info("joined the cluster as a voter")
 		}
 		return
 	}
 	autopilot := false
-	added := n.retryJoin("add as non-voter", func(ctx context.Context, addr string) error {
-		resp, err := ap.AddNonvoter(ctx, addr, &cohortv1.AddNonvoterRequest{
-			NodeId: n.id, RaftAddress: n.cfg.RaftAdvertise, GrpcAddress: n.cfg.GRPCAdvertise,
-		})
+	added := cl.retryJoin("add as non-voter", func(ctx context.Context, addr string) error {
+		ans, err := cl.peers.AddNonvoter(ctx, addr, cl.self())
 		if err == nil {
-			autopilot = resp.GetAutopilotEnabled()
-			n.log.Info("asked the cluster to add this node as a non-voter", "via", addr, "answer", resp.GetMessage())
+			autopilot = ans.AutopilotEnabled
+			cl.log.Info("asked the cluster to add this node as a non-voter", "via", addr, "answer", ans.Message)
 		}
 		return err
 	})
 	switch {
 	case !added:
 		return
-	case n.cfg.JoinAsNonvoter || autopilot:
-		n.log.Info("joined the cluster as a non-voter", "autopilot_promotes", autopilot && !n.cfg.JoinAsNonvoter)
+	case cl.cfg.JoinAsNonvoter || autopilot:
+		cl.log.Info("joined the cluster as a non-voter", "autopilot_promotes", autopilot && !cl.cfg.JoinAsNonvoter)
 		return
 	}
-	if n.retryJoin("promote", promote) {
-		n.log.Info("joined the cluster as a voter")
+	if cl.retryJoin("promote", promote) {
+		cl.log.Info("joined the cluster as a voter")
 	}
 }
 
 // retryJoin runs step against the join addresses, one after the other,
 // every PollInterval, until one succeeds (true), the step gives up or the
 // node shuts down (false).
-func (n *Node) retryJoin(what string, step func(ctx context.Context, addr string) error) bool {
-	tick := time.NewTicker(n.cfg.PollInterval)
+func (cl *Cluster) retryJoin(what string, step func(ctx context.Context, addr string) error) bool {
+	tick := time.NewTicker(cl.cfg.PollInterval)
 	defer tick.Stop()
 	var lastErr string
 	for {
 		var errs []error
-		for _, addr := range n.cfg.Join {
-			ctx, cancel := context.WithTimeout(n.bg, 2*peerCallTimeout)
+		for _, addr := range cl.cfg.Join {
+			ctx, cancel := context.WithTimeout(cl.bg, joinCallTimeout)
 			err := step(ctx, addr)
 			cancel()
 			if err == nil {
 				return true
 			}
 			if errors.Is(err, errGiveUp) {
-				n.log.Warn("joining the cluster: "+what+" abandoned", "err", err)
+				cl.log.Warn("joining the cluster: "+what+" abandoned", "err", err)
 				return false
 			}
 			errs = append(errs, err)
 		}
-		if err := errors.Join(errs...); err.Error() != lastErr && n.bg.Err() == nil {
+		if err := errors.Join(errs...); err.Error() != lastErr && cl.bg.Err() == nil {
 			lastErr = err.Error()
-			n.log.Info("joining the cluster: "+what+" not done yet; retrying", "join", n.cfg.Join, "err", err)
+			cl.log.Info("joining the cluster: "+what+" not done yet; retrying", "join", cl.cfg.Join, "err", err)
 		}
 		select {
-		case <-n.bg.Done():
+		case <-cl.bg.Done():
 			return false
 		case <-tick.C:
 		}

@@ -1,4 +1,4 @@
-package raftnode
+package cluster
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/cohortlabs/cohort/raftnode"
 
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
@@ -39,32 +41,27 @@ type AutopilotConfig struct {
 	// MinQuorum is the number of voters autopilot never removes below.
 	MinQuorum uint
 	// MaxTrailingLogs is the lag (entries) beyond which a server is
-	// unhealthy; default: the node's PromoteMaxLag.
+	// unhealthy.
 	MaxTrailingLogs uint64
 	// Interval paces health checks and reconciliation.
 	Interval time.Duration
 }
 
-func (a AutopilotConfig) withDefaults() AutopilotConfig {
-	if a.DeadServerThreshold == 0 {
-		a.DeadServerThreshold = DefaultDeadServerThreshold
+// DefaultAutopilotConfig is autopilot's configuration when enabled:
+// Consul's defaults, MaxTrailingLogs the promotion lag.
+func DefaultAutopilotConfig() AutopilotConfig {
+	return AutopilotConfig{
+		DeadServerThreshold:     DefaultDeadServerThreshold,
+		ServerStabilizationTime: DefaultServerStabilizationTime,
+		MaxTrailingLogs:         DefaultPromoteMaxLag,
+		Interval:                DefaultAutopilotInterval,
 	}
-	if a.ServerStabilizationTime == 0 {
-		a.ServerStabilizationTime = DefaultServerStabilizationTime
-	}
-	if a.MaxTrailingLogs == 0 {
-		a.MaxTrailingLogs = DefaultPromoteMaxLag
-	}
-	if a.Interval == 0 {
-		a.Interval = DefaultAutopilotInterval
-	}
-	return a
 }
 
 func (a AutopilotConfig) validate() error {
 	var errs []error
-	if a.DeadServerThreshold < 0 || a.ServerStabilizationTime < 0 || a.Interval < 0 {
-		errs = append(errs, fmt.Errorf("autopilot dead-server threshold %s, stabilization time %s, interval %s: must not be negative",
+	if a.DeadServerThreshold <= 0 || a.ServerStabilizationTime < 0 || a.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("autopilot dead-server threshold %s, stabilization time %s, interval %s: must be positive (the stabilization time may be 0)",
 			a.DeadServerThreshold, a.ServerStabilizationTime, a.Interval))
 	}
 	return errors.Join(errs...)
@@ -76,7 +73,7 @@ func (a AutopilotConfig) validate() error {
 // for DeadServerThreshold is failed, which is the signal Consul takes from
 // Serf.
 type autopilotRunner struct {
-	n   *Node
+	cl  *Cluster
 	cfg AutopilotConfig
 
 	mu    sync.Mutex
@@ -84,13 +81,13 @@ type autopilotRunner struct {
 	state *autopilot.State
 }
 
-func newAutopilotRunner(n *Node) *autopilotRunner {
-	return &autopilotRunner{n: n, cfg: n.cfg.Autopilot}
+func newAutopilotRunner(cl *Cluster) *autopilotRunner {
+	return &autopilotRunner{cl: cl, cfg: cl.cfg.Autopilot}
 }
 
 func (r *autopilotRunner) run() {
-	defer r.n.bgWG.Done()
-	sub := r.n.SubscribeLeadership()
+	defer r.cl.bgWG.Done()
+	sub := r.cl.node.SubscribeLeadership()
 	defer sub.Close()
 	var stop func()
 	defer func() {
@@ -100,7 +97,7 @@ func (r *autopilotRunner) run() {
 	}()
 	for {
 		select {
-		case <-r.n.bg.Done():
+		case <-r.cl.bg.Done():
 			return
 		case ev, ok := <-sub.C():
 			if !ok {
@@ -119,16 +116,16 @@ func (r *autopilotRunner) run() {
 
 // start runs autopilot until the returned function is called.
 func (r *autopilotRunner) start() func() {
-	ctx, cancel := context.WithCancel(r.n.bg)
-	ap := autopilot.New(r.n.raft, r,
-		autopilot.WithLogger(newHCLogAdapter(r.n.log, "autopilot")),
+	ctx, cancel := context.WithCancel(r.cl.bg)
+	ap := autopilot.New(r.cl.raft, r,
+		autopilot.WithLogger(raftnode.HCLogger(r.cl.log, "autopilot")),
 		autopilot.WithUpdateInterval(r.cfg.Interval),
 		autopilot.WithReconcileInterval(r.cfg.Interval))
 	r.mu.Lock()
 	r.ap = ap
 	r.mu.Unlock()
 	ap.Start(ctx)
-	r.n.log.Info("autopilot started", "cleanup_dead_servers", r.cfg.CleanupDeadServers,
+	r.cl.log.Info("autopilot started", "cleanup_dead_servers", r.cfg.CleanupDeadServers,
 		"dead_server_threshold", r.cfg.DeadServerThreshold, "server_stabilization_time", r.cfg.ServerStabilizationTime,
 		"min_quorum", r.cfg.MinQuorum)
 	return func() {
@@ -137,7 +134,7 @@ func (r *autopilotRunner) start() func() {
 		r.mu.Lock()
 		r.ap, r.state = nil, nil
 		r.mu.Unlock()
-		r.n.log.Info("autopilot stopped")
+		r.cl.log.Info("autopilot stopped")
 	}
 }
 
@@ -152,7 +149,7 @@ func (r *autopilotRunner) State() *autopilot.State {
 func (r *autopilotRunner) AutopilotConfig() *autopilot.Config {
 	return &autopilot.Config{
 		CleanupDeadServers:      r.cfg.CleanupDeadServers,
-		LastContactThreshold:    r.n.cfg.HealthyLastContact,
+		LastContactThreshold:    r.cl.cfg.HealthyLastContact,
 		MaxTrailingLogs:         r.cfg.MaxTrailingLogs,
 		MinQuorum:               r.cfg.MinQuorum,
 		ServerStabilizationTime: r.cfg.ServerStabilizationTime,
@@ -176,15 +173,15 @@ func (r *autopilotRunner) FetchServerStats(ctx context.Context, servers map[raft
 		list = append(list, raft.Server{ID: id, Address: s.Address})
 	}
 	out := map[raft.ServerID]*autopilot.ServerStats{}
-	for id, rec := range r.n.probeAll(ctx, list) {
+	for id, rec := range r.cl.probeAll(ctx, list) {
 		if rec.info == nil || rec.failing() {
 			continue
 		}
-		lc := time.Duration(rec.info.GetLastContactMs()) * time.Millisecond
-		if rec.info.GetLastContactMs() < 0 {
+		lc := time.Duration(rec.info.LastContactMs) * time.Millisecond
+		if rec.info.LastContactMs < 0 {
 			lc = -1
 		}
-		out[id] = &autopilot.ServerStats{LastContact: lc, LastTerm: rec.info.GetTerm(), LastIndex: rec.info.GetLastIndex()}
+		out[id] = &autopilot.ServerStats{LastContact: lc, LastTerm: rec.info.Term, LastIndex: rec.info.LastIndex}
 	}
 	return out
 }
@@ -194,21 +191,21 @@ func (r *autopilotRunner) FetchServerStats(ctx context.Context, servers map[raft
 // failed when the leader's probes have not reached it for
 // DeadServerThreshold.
 func (r *autopilotRunner) KnownServers() map[raft.ServerID]*autopilot.Server {
-	c, err := r.n.Configuration()
+	c, err := r.cl.node.Configuration()
 	if err != nil {
 		return nil
 	}
-	leader, _ := r.n.Leader()
+	leader, _ := r.cl.node.Leader()
 	now := time.Now()
 	out := map[raft.ServerID]*autopilot.Server{}
 	for _, s := range c.Servers {
 		status := autopilot.NodeAlive
-		rec := r.n.probes.get(s.ID)
+		rec := r.cl.probes.get(s.ID)
 		lastOK := rec.infoAt
 		if lastOK.IsZero() {
 			lastOK = rec.firstSeen
 		}
-		if string(s.ID) != r.n.id && !lastOK.IsZero() && now.Sub(lastOK) > r.cfg.DeadServerThreshold {
+		if string(s.ID) != r.cl.id && !lastOK.IsZero() && now.Sub(lastOK) > r.cfg.DeadServerThreshold {
 			status = autopilot.NodeFailed
 		}
 		out[s.ID] = &autopilot.Server{
@@ -223,25 +220,25 @@ func (r *autopilotRunner) KnownServers() map[raft.ServerID]*autopilot.Server {
 // not block autopilot, so the removal runs in the background.
 func (r *autopilotRunner) RemoveFailedServer(s *autopilot.Server) {
 	go func() {
-		ctx, cancel := context.WithTimeout(r.n.bg, 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.cl.bg, removeFailedTimeout)
 		defer cancel()
-		err := r.n.waitFuture(ctx, "autopilot remove failed server", func(t time.Duration) raft.Future {
-			return r.n.raft.RemoveServer(s.ID, 0, t)
+		err := r.cl.node.WaitFuture(ctx, "autopilot remove failed server", func(t time.Duration) raft.Future {
+			return r.cl.raft.RemoveServer(s.ID, 0, t)
 		})
 		if err != nil {
-			r.n.log.Warn("autopilot could not remove a failed server", "server", s.ID, "err", err)
+			r.cl.log.Warn("autopilot could not remove a failed server", "server", s.ID, "err", err)
 			return
 		}
-		r.n.probes.forget(s.ID)
-		r.n.log.Warn("autopilot removed a failed server", "server", s.ID, "dead_server_threshold", r.cfg.DeadServerThreshold)
+		r.cl.probes.forget(s.ID)
+		r.cl.log.Warn("autopilot removed a failed server", "server", s.ID, "dead_server_threshold", r.cfg.DeadServerThreshold)
 	}()
 }
 
 // autopilotState is autopilot's latest view on this node, nil when it is
 // disabled or not running (this node does not lead).
-func (n *Node) autopilotState() *autopilot.State {
-	if n.autopilot == nil {
+func (cl *Cluster) autopilotState() *autopilot.State {
+	if cl.autopilot == nil {
 		return nil
 	}
-	return n.autopilot.State()
+	return cl.autopilot.State()
 }

@@ -1,0 +1,203 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+
+	"github.com/cohortlabs/cohort/errcode"
+	"github.com/hashicorp/raft"
+)
+
+// updateRaftAddress moves a server of the configuration to a new Raft
+// address, keeping its suffrage. A node whose address changed under it (a
+// Kubernetes pod recreated with a new IP, a host renumbered) registers its
+// new address with the leader; without this the leader would go on sending
+// to the old one and the node would never hear from the cluster again.
+// Raft's AddVoter/AddNonvoter on a known ID updates its address in place.
+func (cl *Cluster) updateRaftAddress(ctx context.Context, id, addr string) (bool, error) {
+	c, err := cl.node.LeaderConfiguration()
+	if err != nil {
+		return false, err
+	}
+	s, ok := findServer(c, id)
+	if !ok || string(s.Address) == addr || addr == "" {
+		return false, nil
+	}
+	err = cl.node.WaitFuture(ctx, "update raft address", func(timeout time.Duration) raft.Future {
+		if s.Suffrage == raft.Voter {
+			return cl.raft.AddVoter(s.ID, raft.ServerAddress(addr), 0, timeout)
+		}
+		return cl.raft.AddNonvoter(s.ID, raft.ServerAddress(addr), 0, timeout)
+	})
+	if err != nil {
+		return false, fmt.Errorf("move server %s from %s to %s: %w", id, s.Address, addr, err)
+	}
+	cl.log.Info("server's raft address updated", "server", id, "old_address", string(s.Address), "new_address", addr)
+	return true, nil
+}
+
+// registryGRPC is a server's gRPC address from the node registry.
+func (cl *Cluster) registryGRPC(id raft.ServerID) string {
+	if string(id) == cl.id {
+		return cl.cfg.GRPCAdvertise
+	}
+	for _, node := range cl.node.FSM().Nodes() {
+		if node.ID == string(id) {
+			return node.GRPCAddress
+		}
+	}
+	return ""
+}
+
+// LeaderGRPCAddress returns the leader's gRPC address from the replicated
+// node registry ("" when no leader is known or it has not registered).
+func (cl *Cluster) LeaderGRPCAddress() string {
+	id, _ := cl.node.Leader()
+	if id == "" {
+		return ""
+	}
+	return cl.registryGRPC(raft.ServerID(id))
+}
+
+// runRegistration makes sure the FSM's node registry holds this node's
+// current addresses, so that followers can forward to the leader. It
+// retries until done or until the node shuts down.
+func (cl *Cluster) runRegistration() {
+	defer cl.bgWG.Done()
+	if cl.cfg.GRPCAdvertise == "" {
+		return // nothing to register (in-process use without gRPC)
+	}
+	ticker := time.NewTicker(cl.cfg.PollInterval)
+	defer ticker.Stop()
+	var lastErr string
+	for {
+		done, err := cl.registerOnce(cl.bg)
+		if done {
+			cl.log.Info("node registered", "grpc_address", cl.cfg.GRPCAdvertise, "raft_address", cl.raftAddr)
+			close(cl.regDone)
+			return
+		}
+		if err != nil && err.Error() != lastErr && cl.bg.Err() == nil {
+			lastErr = err.Error()
+			cl.log.Debug("node registration not done yet; retrying", "err", err)
+		}
+		select {
+		case <-cl.bg.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (cl *Cluster) registered() bool {
+	for _, node := range cl.node.FSM().Nodes() {
+		if node.ID == cl.id {
+			return node.GRPCAddress == cl.cfg.GRPCAdvertise && node.RaftAddress == cl.raftAddr
+		}
+	}
+	return false
+}
+
+func (cl *Cluster) registerOnce(ctx context.Context) (bool, error) {
+	if cl.registered() {
+		return true, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	defer cancel()
+	leaderID, _ := cl.node.Leader()
+	if leaderID == "" {
+		// A node whose raft address changed (a pod recreated with a new
+		// IP) hears from no leader until the leader learns the new
+		// address: ask the join addresses who leads and register there.
+		addr := cl.leaderGRPCFromPeers(cctx)
+		if addr == "" {
+			return false, errors.New("no leader yet")
+		}
+		if err := cl.peers.RegisterNode(cctx, addr, cl.self()); err != nil {
+			return false, err
+		}
+		return cl.registered(), nil
+	}
+	if leaderID == cl.id {
+		res, err := cl.node.Apply(cctx, registerCommand(cl.self()))
+		if err != nil {
+			return false, err
+		}
+		if res.Err != nil {
+			return false, fmt.Errorf("register node %q: %w", cl.id, res.Err)
+		}
+		return cl.registered(), nil
+	}
+	addr := cl.LeaderGRPCAddress()
+	if addr == "" {
+		addr = cl.leaderGRPCFromPeers(cctx)
+	}
+	if addr == "" {
+		return false, fmt.Errorf("leader %q has no known gRPC address yet", leaderID)
+	}
+	if err := cl.peers.RegisterNode(cctx, addr, cl.self()); err != nil {
+		return false, err
+	}
+	// The leader answered after applying; our FSM sees it once replicated.
+	return cl.registered(), nil
+}
+
+// self is this node's registry entry.
+func (cl *Cluster) self() Registration {
+	return Registration{NodeID: cl.id, GRPCAddress: cl.cfg.GRPCAdvertise, RaftAddress: cl.raftAddr}
+}
+
+// registerCommand is the FSM command recording reg in the node registry.
+func registerCommand(reg Registration) *fsmv1.Command {
+	return &fsmv1.Command{Kind: &fsmv1.Command_RegisterNode{RegisterNode: &fsmv1.RegisterNode{
+		NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress,
+	}}}
+}
+
+// leaderGRPCFromPeers asks the join addresses which gRPC address the
+// leader has, for when this node's registry does not know it yet.
+func (cl *Cluster) leaderGRPCFromPeers(ctx context.Context) string {
+	for _, addr := range cl.cfg.Join {
+		info, err := cl.peers.NodeInfo(ctx, addr)
+		if err != nil {
+			continue
+		}
+		if info.LeaderGRPCAddress != "" {
+			return info.LeaderGRPCAddress
+		}
+		if info.State == raft.Leader {
+			return addr
+		}
+	}
+	return ""
+}
+
+// Register records reg in the node registry and, when the server's Raft
+// address changed, moves it in the configuration (RegisterNode; leader
+// only: raftnode.ErrNotLeader otherwise). It returns the index of the
+// registry entry.
+func (cl *Cluster) Register(ctx context.Context, reg Registration) (uint64, error) {
+	switch {
+	case reg.NodeID == "":
+		return 0, errcode.Errorf(errcode.InvalidArgument, "node_id is required")
+	case reg.GRPCAddress == "":
+		return 0, errcode.Errorf(errcode.InvalidArgument, "grpc_address is required")
+	case reg.RaftAddress == "":
+		return 0, errcode.Errorf(errcode.InvalidArgument, "raft_address is required")
+	}
+	res, err := cl.node.Apply(ctx, registerCommand(reg))
+	if err != nil {
+		return 0, fmt.Errorf("register node %q: %w", reg.NodeID, err)
+	}
+	if res.Err != nil {
+		return 0, errcode.Errorf(errcode.InvalidArgument, "register node %q: %v", reg.NodeID, res.Err)
+	}
+	if _, err := cl.updateRaftAddress(ctx, reg.NodeID, reg.RaftAddress); err != nil {
+		return 0, fmt.Errorf("register node %q: %w", reg.NodeID, err)
+	}
+	return res.Index, nil
+}
