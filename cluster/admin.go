@@ -127,13 +127,6 @@ func (cl *Cluster) healthyVoters(ctx context.Context, c raft.Configuration) map[
 	return out
 }
 
-func timeoutOf(ctx context.Context, def time.Duration) time.Duration {
-	if dl, ok := ctx.Deadline(); ok {
-		return time.Until(dl)
-	}
-	return def
-}
-
 // AddNonvoter adds a server that replicates the log without voting, and
 // records its gRPC address in the node registry when given.
 func (cl *Cluster) AddNonvoter(ctx context.Context, id, raftAddr, grpcAddr string) (ChangeResult, error) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"slices"
 	"testing"
@@ -15,9 +14,7 @@ import (
 
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
 )
 
 // testLogger discards logs unless COHORT_TEST_LOG is set: raft logs from
@@ -29,19 +26,17 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// testNode is one in-process cohort node: a raftnode.Node with its FSM and
-// a gRPC server for ClusterService, all on loopback.
+// testNode is one in-process replica: a Node with its FSM on loopback.
 type testNode struct {
 	t    testing.TB
 	cfg  Config
 	node *Node
 	fsm  *fsm.FSM
-	srv  *grpc.Server
-	lis  net.Listener
 }
 
-// testCluster is a set of nodes formed with bootstrap-expect through the
-// gRPC NodeInfo path, as cohortd forms them.
+// testCluster is a set of replicas bootstrapped with one static
+// configuration of all of them as voters (formation through peers is the
+// cluster package's).
 type testCluster struct {
 	t     testing.TB
 	nodes []*testNode
@@ -49,57 +44,60 @@ type testCluster struct {
 
 type clusterOpt func(i int, c *Config)
 
+// testConfig is a node's configuration for tests: loopback, a random
+// port, logs through testLogger.
+func testConfig(t testing.TB, id string) Config {
+	cfg := DefaultConfig()
+	cfg.NodeID = id
+	cfg.DataDir = t.TempDir()
+	cfg.RaftBind = "127.0.0.1:0"
+	cfg.Logger = testLogger()
+	return cfg
+}
+
 func newTestCluster(t testing.TB, size int, opts ...clusterOpt) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t}
-	lis := make([]net.Listener, size)
-	var join []string
+	var servers []raft.Server
 	for i := range size {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listen for gRPC: %v", err)
-		}
-		lis[i] = l
-		join = append(join, l.Addr().String())
-	}
-	for i := range size {
-		cfg := Config{
-			NodeID:          fmt.Sprintf("n%d", i+1),
-			DataDir:         t.TempDir(),
-			RaftBind:        "127.0.0.1:0",
-			GRPCAdvertise:   lis[i].Addr().String(),
-			BootstrapExpect: size,
-			Join:            join,
-			PollInterval:    50 * time.Millisecond,
-			Logger:          testLogger(),
-		}
+		cfg := testConfig(t, fmt.Sprintf("n%d", i+1))
 		for _, o := range opts {
 			o(i, &cfg)
 		}
-		c.nodes = append(c.nodes, startTestNode(t, cfg, lis[i]))
+		tn := startTestNode(t, cfg)
+		c.nodes = append(c.nodes, tn)
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(tn.node.ID()), Address: raft.ServerAddress(tn.node.RaftAddress())})
+	}
+	for _, tn := range c.nodes {
+		tn.bootstrap(t, servers)
 	}
 	return c
 }
 
-func startTestNode(t testing.TB, cfg Config, lis net.Listener) *testNode {
+// newSingleNode starts one node that bootstraps itself as the only voter.
+func newSingleNode(t testing.TB, cfg Config) *testNode {
 	t.Helper()
-	if lis == nil {
-		var err error
-		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			t.Fatalf("listen for gRPC: %v", err)
-		}
-		cfg.GRPCAdvertise = lis.Addr().String()
+	tn := startTestNode(t, cfg)
+	tn.bootstrap(t, []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(tn.node.ID()), Address: raft.ServerAddress(tn.node.RaftAddress())}})
+	return tn
+}
+
+// bootstrap gives a fresh node its first configuration.
+func (tn *testNode) bootstrap(t testing.TB, servers []raft.Server) {
+	t.Helper()
+	if err := tn.node.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		t.Fatalf("bootstrap %s: %v", tn.node.ID(), err)
 	}
+}
+
+func startTestNode(t testing.TB, cfg Config) *testNode {
+	t.Helper()
 	f := fsm.New()
 	n, err := New(cfg, f)
 	if err != nil {
-		lis.Close()
 		t.Fatalf("start node %s: %v", cfg.NodeID, err)
 	}
-	srv := grpc.NewServer()
-	cohortv1.RegisterClusterServiceServer(srv, NewClusterService(n))
-	go srv.Serve(lis)
-	tn := &testNode{t: t, cfg: cfg, node: n, fsm: f, srv: srv, lis: lis}
+	tn := &testNode{t: t, cfg: cfg, node: n, fsm: f}
 	// Pin the raft address so a restart binds the same one the peers know.
 	tn.cfg.RaftBind = n.RaftAddress()
 	t.Cleanup(func() { tn.stop() })
@@ -113,7 +111,6 @@ func (tn *testNode) stop() {
 	if err := tn.node.Shutdown(ctx); err != nil {
 		tn.t.Errorf("shutdown %s: %v", tn.node.ID(), err)
 	}
-	tn.srv.Stop()
 }
 
 // crash stops the node without a leadership transfer.
@@ -121,14 +118,13 @@ func (tn *testNode) crash() {
 	if err := tn.node.kill(); err != nil {
 		tn.t.Errorf("kill %s: %v", tn.node.ID(), err)
 	}
-	tn.srv.Stop()
 }
 
 // restart starts a new process-equivalent on the same data dir and raft
-// address; the gRPC port is new, as after a real restart it may be.
+// address.
 func (tn *testNode) restart(t testing.TB) *testNode {
 	t.Helper()
-	return startTestNode(t, tn.cfg, nil)
+	return startTestNode(t, tn.cfg)
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -13,44 +13,6 @@ import (
 	"github.com/cohortlabs/cohort/offsets"
 )
 
-func Test_MultiNode_BootstrapExpect_FormsOneClusterThroughNodeInfo(t *testing.T) {
-	c := newTestCluster(t, 3)
-	leader := c.leader()
-	for _, tn := range c.nodes {
-		// A follower may hear the leader's heartbeat before the entry that
-		// carries the configuration.
-		waitFor(t, 10*time.Second, tn.node.ID()+" sees three voters", func() (bool, string) {
-			got := voters(t, tn.node)
-			return slices.Equal(got, []string{"n1", "n2", "n3"}), fmt.Sprintf("voters %v", got)
-		})
-		if tn.node.HadExistingState() {
-			t.Fatalf("%s reports existing state on first start", tn.node.ID())
-		}
-	}
-	// Every node registers its gRPC address through the leader.
-	waitFor(t, 20*time.Second, "all three nodes in every node registry", func() (bool, string) {
-		for _, tn := range c.nodes {
-			nodes := tn.fsm.Nodes()
-			if len(nodes) != 3 {
-				return false, fmt.Sprintf("%s's registry: %+v", tn.node.ID(), nodes)
-			}
-			for i, n := range nodes {
-				want := c.nodes[i]
-				if n.ID != want.node.ID() || n.GRPCAddress != want.node.GRPCAddress() || n.RaftAddress != want.node.RaftAddress() {
-					return false, fmt.Sprintf("%s's registry entry %+v, want %s %s %s", tn.node.ID(), n, want.node.ID(), want.node.GRPCAddress(), want.node.RaftAddress())
-				}
-			}
-		}
-		return true, ""
-	})
-	for _, tn := range c.nodes {
-		if got, want := tn.node.LeaderGRPCAddress(), leader.node.GRPCAddress(); got != want {
-			t.Fatalf("%s: leader gRPC address %q, want %q", tn.node.ID(), got, want)
-		}
-		waitFor(t, 10*time.Second, tn.node.ID()+" ready", func() (bool, string) { return tn.node.Ready() })
-	}
-}
-
 func Test_MultiNode_ApplyReplicatesToAllFSMs(t *testing.T) {
 	c := newTestCluster(t, 3)
 	leader := c.leader()
@@ -227,14 +189,6 @@ func Test_Node_RestartFromDataDir_CatchesUp(t *testing.T) {
 	if got := voters(t, restarted.node); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
 		t.Fatalf("restarted node sees voters %v, want [n1 n2 n3]", got)
 	}
-	waitFor(t, 10*time.Second, "restarted node re-registered its new gRPC address", func() (bool, string) {
-		for _, n := range leader.fsm.Nodes() {
-			if n.ID == restarted.node.ID() {
-				return n.GRPCAddress == restarted.node.GRPCAddress(), fmt.Sprintf("registry has %s", n.GRPCAddress)
-			}
-		}
-		return false, "not in registry"
-	})
 }
 
 func Test_MultiNode_SnapshotInstall_AfterCompaction(t *testing.T) {

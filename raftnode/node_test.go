@@ -14,7 +14,8 @@ import (
 )
 
 func TestConfig_Validate(t *testing.T) {
-	base := Config{DataDir: "/tmp/x", RaftBind: "127.0.0.1:7000"}
+	base := DefaultConfig()
+	base.DataDir, base.RaftBind = "/tmp/x", "127.0.0.1:7000"
 	tests := []struct {
 		name    string
 		mod     func(c *Config)
@@ -26,8 +27,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"wildcard bind with advertise", func(c *Config) { c.RaftBind = "0.0.0.0:7000"; c.RaftAdvertise = "10.0.0.1:7000" }, ""},
 		{"advertise port 0", func(c *Config) { c.RaftAdvertise = "127.0.0.1:0" }, "port 0"},
 		{"bad node id", func(c *Config) { c.NodeID = "a b" }, `node id "a b"`},
-		{"bootstrap and expect", func(c *Config) { c.Bootstrap = true; c.BootstrapExpect = 3 }, "mutually exclusive"},
-		{"expect needs join", func(c *Config) { c.BootstrapExpect = 3; c.GRPCAdvertise = "127.0.0.1:9000" }, "needs join"},
+		{"zero heartbeat is not a default", func(c *Config) { c.HeartbeatTimeout = 0 }, "heartbeat timeout 0s"},
+		{"zero apply timeout", func(c *Config) { c.ApplyTimeout = 0 }, "apply timeout 0s"},
+		{"no logger", func(c *Config) { c.Logger = nil }, "logger is required"},
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, "leader lease timeout"},
 		{"election below heartbeat", func(c *Config) { c.HeartbeatTimeout = time.Second; c.ElectionTimeout = 600 * time.Millisecond }, "election timeout"},
 		{"max append too large", func(c *Config) { c.MaxAppendEntries = 2048 }, "max append entries 2048"},
@@ -36,7 +38,7 @@ func TestConfig_Validate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := base
 			tt.mod(&c)
-			err := c.WithDefaults().Validate()
+			err := c.Validate()
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("Validate: %v", err)
@@ -69,16 +71,13 @@ func TestNodeID_PersistedAndMismatchRefused(t *testing.T) {
 	}
 }
 
-func Test_SingleNode_BootstrapsOnceAndRestartsWithoutBootstrap(t *testing.T) {
-	cfg := Config{NodeID: "solo", DataDir: t.TempDir(), RaftBind: "127.0.0.1:0", Bootstrap: true, Logger: testLogger()}
-	tn := startTestNode(t, cfg, nil)
+func Test_SingleNode_RestartKeepsStateAndLeads(t *testing.T) {
+	tn := newSingleNode(t, testConfig(t, "solo"))
 	waitFor(t, 10*time.Second, "single node leads", func() (bool, string) { return tn.node.IsLeader(), tn.node.State().String() })
 	tn.apply(t, createTopic("t", 3))
-	// Registration is done by the leader itself.
-	waitFor(t, 10*time.Second, "self-registration", func() (bool, string) { return tn.node.Stats().Registered, "" })
 	tn.stop()
 
-	// Same data dir, still asked to bootstrap: it must keep its state.
+	// Same data dir: the node finds its state and needs no bootstrap.
 	again := tn.restart(t)
 	if !again.node.HadExistingState() {
 		t.Fatalf("restart did not find raft state")
@@ -104,8 +103,7 @@ func Test_SingleNode_BootstrapsOnceAndRestartsWithoutBootstrap(t *testing.T) {
 }
 
 func TestLeadershipSubscription_DeliversEveryTransitionInOrder(t *testing.T) {
-	cfg := Config{NodeID: "solo", DataDir: t.TempDir(), RaftBind: "127.0.0.1:0", Bootstrap: true, Logger: testLogger()}
-	tn := startTestNode(t, cfg, nil)
+	tn := newSingleNode(t, testConfig(t, "solo"))
 	waitFor(t, 10*time.Second, "leadership", func() (bool, string) { return tn.node.IsLeader(), "" })
 	// Raft reports leadership on NotifyCh before IsLeader can be true; once
 	// the fan-out has seen it, the subscription starts from "leader".

@@ -23,7 +23,7 @@ func grpcCode(c errcode.Code) codes.Code {
 	switch c {
 	case errcode.InvalidArgument, errcode.InvalidAssignment, errcode.InvalidSessionTimeout, errcode.InvalidPartitions:
 		return codes.InvalidArgument
-	case errcode.GroupIDNotFound, errcode.UnknownTopicOrPartition:
+	case errcode.GroupIDNotFound, errcode.UnknownTopicOrPartition, errcode.UnknownServer:
 		return codes.NotFound
 	case errcode.TopicAlreadyExists:
 		return codes.AlreadyExists
@@ -37,8 +37,10 @@ func grpcCode(c errcode.Code) codes.Code {
 	}
 	// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
 	// FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED, NOT_OWNER, NON_EMPTY_GROUP,
-	// INCONSISTENT_GROUP_PROTOCOL: the request was fine, the group's state
-	// says no.
+	// INCONSISTENT_GROUP_PROTOCOL, and the admin refusals SERVER_LAGGING,
+	// QUORUM_AT_RISK, LAST_VOTER, CONFIGURATION_CONFLICT,
+	// AUTOPILOT_MANAGED: the request was fine, the group's or the
+	// cluster's state says no.
 	return codes.FailedPrecondition
 }
 

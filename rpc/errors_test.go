@@ -10,9 +10,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/raftnode"
 )
 
 func TestToStatus_ProtocolErrorsCarryReasonAndCode(t *testing.T) {
@@ -53,18 +55,67 @@ func TestToStatus_MemberIDRequiredCarriesTheID(t *testing.T) {
 	}
 }
 
-func TestNewResponse_FindsTheMethodsOutputType(t *testing.T) {
-	m, err := newResponse("/cohort.v1.GroupCoordinator/JoinGroup")
+func TestNewMessage_FindsTheMethodsTypes(t *testing.T) {
+	m, err := newMessage("/cohort.v1.GroupCoordinator/JoinGroup", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := m.(*cohortv1.JoinGroupResponse); !ok {
 		t.Fatalf("JoinGroup response type %T", m)
 	}
+	m, err = newMessage("/cohort.v1.ClusterService/SnapshotRestore", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.(*cohortv1.SnapshotRestoreRequest); !ok {
+		t.Fatalf("SnapshotRestore request type %T", m)
+	}
 	for _, bad := range []string{"/cohort.v1.GroupCoordinator/Nope", "/nope.Service/X", "garbage"} {
-		if _, err := newResponse(bad); err == nil {
-			t.Errorf("newResponse(%q) gave no error", bad)
+		if _, err := newMessage(bad, false); err == nil {
+			t.Errorf("newMessage(%q) gave no error", bad)
 		}
+	}
+}
+
+// The Raft layer's and the cluster package's own errors go out as the
+// protocol errors they stand for: a lost leader is NOT_LEADER
+// (Unavailable) wherever it happens.
+func TestToStatus_RaftAndClusterErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code codes.Code
+		want errcode.Code
+	}{
+		{fmt.Errorf("remove server: %w (leader %q)", raftnode.ErrNotLeader, "n2"), codes.Unavailable, errcode.NotLeader},
+		{fmt.Errorf("promote: %w", raftnode.ErrLeadershipLost), codes.Unavailable, errcode.NotLeader},
+		{fmt.Errorf("x: %w", cluster.ErrLeadershipMoved), codes.Unavailable, errcode.NotLeader},
+		{raftnode.ErrShutdown, codes.Unavailable, errcode.CoordinatorNotAvailable},
+		{fmt.Errorf("%w: bad crc", raftnode.ErrInvalidSnapshot), codes.InvalidArgument, errcode.InvalidArgument},
+		{errcode.Errorf(errcode.UnknownServer, "%q is not in the raft configuration", "n9"), codes.NotFound, errcode.UnknownServer},
+		{errcode.Errorf(errcode.QuorumAtRisk, "2 of 3"), codes.FailedPrecondition, errcode.QuorumAtRisk},
+		{errors.New("disk on fire"), codes.Internal, errcode.Unknown},
+	} {
+		err := toStatus(c.err)
+		if status.Code(err) != c.code {
+			t.Errorf("toStatus(%v): code %s, want %s", c.err, status.Code(err), c.code)
+		}
+		if c.want != errcode.Unknown && Reason(err) != c.want.String() {
+			t.Errorf("toStatus(%v): reason %q, want %s", c.err, Reason(err), c.want)
+		}
+	}
+}
+
+// A refusal that crossed the wire is an errcode error again on the
+// calling node, with the server's message.
+func TestFromStatus_RoundTrip(t *testing.T) {
+	sent := errcode.Errorf(errcode.UnknownServer, "%q is not in the raft configuration", "n9")
+	got := fromStatus(toStatus(sent))
+	if !errors.Is(got, errcode.ErrUnknownServer) || got.Error() != sent.Error() {
+		t.Fatalf("fromStatus(toStatus(%v)) = %v", sent, got)
+	}
+	plain := status.Error(codes.Unavailable, "connection refused")
+	if fromStatus(plain) != plain {
+		t.Fatalf("a status without a reason changed: %v", fromStatus(plain))
 	}
 }
 
@@ -91,6 +142,12 @@ func TestGRPCCode_EveryProtocolCode(t *testing.T) {
 		errcode.InvalidSessionTimeout:     codes.InvalidArgument,
 		errcode.NotLeader:                 codes.Unavailable,
 		errcode.StaleCommand:              codes.Aborted,
+		errcode.UnknownServer:             codes.NotFound,
+		errcode.ServerLagging:             codes.FailedPrecondition,
+		errcode.QuorumAtRisk:              codes.FailedPrecondition,
+		errcode.LastVoter:                 codes.FailedPrecondition,
+		errcode.ConfigurationConflict:     codes.FailedPrecondition,
+		errcode.AutopilotManaged:          codes.FailedPrecondition,
 	}
 	for _, c := range errcode.Codes()[1:] {
 		w, ok := want[c]

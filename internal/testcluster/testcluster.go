@@ -277,6 +277,37 @@ func (c *Cluster) Restart(i int) {
 	c.start(n, lis)
 }
 
+// RestartWith starts a killed node again after mod changed its
+// configuration (a new raft address, say).
+func (c *Cluster) RestartWith(i int, mod func(*server.Config)) {
+	c.t.Helper()
+	mod(&c.Nodes[i].cfg)
+	c.Restart(i)
+}
+
+// Add starts a new node with an empty data dir and no formation flags:
+// mod sets what it needs (Join to join the running cluster). It is
+// stopped with the others.
+func (c *Cluster) Add(id string, mod func(*cluster.Config)) *Node {
+	c.t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatalf("listen: %v", err)
+	}
+	cc := ClusterConfig()
+	if mod != nil {
+		mod(&cc)
+	}
+	n := &Node{ID: id, addr: lis.Addr().String(), cfg: server.Config{
+		Raft: RaftConfig(id, c.t.TempDir()), Cluster: cc, Coordinator: c.opts.Coordinator, Logger: Logger(),
+	}}
+	c.start(n, lis)
+	c.mu.Lock()
+	c.Nodes = append(c.Nodes, n)
+	c.mu.Unlock()
+	return n
+}
+
 // WaitFor polls cond until it holds or timeout passes: proc.WaitFor, the
 // tree's one polling wait, under the name the in-process tests know.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {

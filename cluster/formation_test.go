@@ -1,4 +1,4 @@
-package raftnode
+package cluster
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestExpandJoin(t *testing.T) {
@@ -67,22 +66,33 @@ func TestExpandJoin_LookupIsBoundedByContext(t *testing.T) {
 	}
 }
 
-// Test_MultiNode_BootstrapExpect_JoinByHostName forms a cluster whose join
-// addresses are host names (localhost), as a headless service's are, so
-// formation goes through the resolver rather than IP literals.
-func Test_MultiNode_BootstrapExpect_JoinByHostName(t *testing.T) {
-	c := newTestCluster(t, 3, func(_ int, cfg *Config) {
-		named := make([]string, len(cfg.Join))
-		for i, j := range cfg.Join {
-			named[i] = strings.Replace(j, "127.0.0.1", "localhost", 1)
-		}
-		cfg.Join = named
-	})
-	c.leader()
-	for _, tn := range c.nodes {
-		waitFor(t, 10*time.Second, tn.node.ID()+" sees three voters", func() (bool, string) {
-			got := voters(t, tn.node)
-			return slices.Equal(got, []string{"n1", "n2", "n3"}), fmt.Sprintf("voters %v", got)
+func TestConfig_Validate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(c *Config)
+		wantErr string
+	}{
+		{"defaults are valid", func(*Config) {}, ""},
+		{"bootstrap and expect", func(c *Config) { c.Bootstrap = true; c.BootstrapExpect = 3 }, "mutually exclusive"},
+		{"expect needs join", func(c *Config) { c.BootstrapExpect = 3; c.GRPCAdvertise = "127.0.0.1:9000" }, "needs join"},
+		{"expect needs an advertised address", func(c *Config) { c.BootstrapExpect = 3; c.Join = []string{"127.0.0.1:9001"} }, "needs a gRPC advertise address"},
+		{"bad join address", func(c *Config) { c.Join = []string{"no-port"} }, `join address "no-port"`},
+		{"wildcard advertise", func(c *Config) { c.GRPCAdvertise = "0.0.0.0:9000" }, "wildcard"},
+		{"zero poll interval is not a default", func(c *Config) { c.PollInterval = 0 }, "poll interval 0s"},
+		{"zero promote lag", func(c *Config) { c.PromoteMaxLag = 0 }, "promote max lag 0"},
+		{"autopilot interval", func(c *Config) { c.Autopilot.Interval = 0 }, "autopilot"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Validate: %v, want an error containing %q", err, tt.wantErr)
+			}
 		})
 	}
 }

@@ -1,0 +1,162 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+// fixedLeadership is a node that leads or not, and knows a leader address.
+type fixedLeadership struct {
+	leading bool
+	leader  string
+}
+
+func (l fixedLeadership) IsLeader() bool            { return l.leading }
+func (l fixedLeadership) LeaderGRPCAddress() string { return l.leader }
+
+func TestForwarder_Unary_RoutesByLeadership(t *testing.T) {
+	served := errors.New("served here")
+	handler := func(context.Context, any) (any, error) { return nil, served }
+	call := func(l Leadership, method string, ctx context.Context) error {
+		f := NewForwarder(l, Services, localClusterMethods, slog.New(slog.DiscardHandler))
+		defer f.Close()
+		_, err := f.UnaryInterceptor(ctx, &cohortv1.StatusRequest{}, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+		return err
+	}
+	bg := context.Background()
+	method := cohortv1.ClusterService_Status_FullMethodName
+	if err := call(fixedLeadership{leading: true}, method, bg); err != served {
+		t.Errorf("on the leader: %v, want it served here", err)
+	}
+	if err := call(fixedLeadership{}, cohortv1.ClusterService_NodeInfo_FullMethodName, bg); err != served {
+		t.Errorf("NodeInfo on a follower: %v, want it served here", err)
+	}
+	if err := call(fixedLeadership{}, "/grpc.health.v1.Health/Check", bg); err != served {
+		t.Errorf("a service that is not forwarded: %v, want it served here", err)
+	}
+	for name, c := range map[string]struct {
+		l   Leadership
+		ctx context.Context
+	}{
+		"no leader known":        {fixedLeadership{}, bg},
+		"already forwarded once": {fixedLeadership{leader: "127.0.0.1:1"}, metadata.NewIncomingContext(bg, metadata.Pairs(forwardedKey, "1"))},
+		"leader unreachable":     {fixedLeadership{leader: "127.0.0.1:1"}, bg},
+	} {
+		err := call(c.l, method, c.ctx)
+		if status.Code(err) != codes.Unavailable || Reason(err) != "NOT_LEADER" {
+			t.Errorf("%s: %v (reason %q), want Unavailable NOT_LEADER", name, err, Reason(err))
+		}
+	}
+}
+
+// leaderStub answers the snapshot streams as a leader would, and reports
+// what reached it.
+type leaderStub struct {
+	cohortv1.UnimplementedClusterServiceServer
+	gotAuth []string
+}
+
+func (s *leaderStub) SnapshotSave(_ *cohortv1.SnapshotSaveRequest, stream grpc.ServerStreamingServer[cohortv1.SnapshotSaveResponse]) error {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	s.gotAuth = md.Get(AuthorizationHeader)
+	for _, chunk := range []string{"a", "bb", "ccc"} {
+		if err := stream.Send(&cohortv1.SnapshotSaveResponse{Part: &cohortv1.SnapshotSaveResponse_Data{Data: []byte(chunk)}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *leaderStub) SnapshotRestore(stream grpc.ClientStreamingServer[cohortv1.SnapshotRestoreRequest, cohortv1.SnapshotRestoreResponse]) error {
+	var n uint64
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&cohortv1.SnapshotRestoreResponse{Index: n})
+		}
+		if err != nil {
+			return err
+		}
+		n += uint64(len(m.GetData()))
+	}
+}
+
+func serve(t *testing.T, opts []grpc.ServerOption, svc cohortv1.ClusterServiceServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(opts...)
+	cohortv1.RegisterClusterServiceServer(gs, svc)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String()
+}
+
+// A follower relays both streaming directions to the leader, with the
+// caller's authorization.
+func TestForwarder_Streams_RelayedToTheLeader(t *testing.T) {
+	leader := &leaderStub{}
+	leaderAddr := serve(t, nil, leader)
+	fwd := NewForwarder(fixedLeadership{leader: leaderAddr}, Services, localClusterMethods, slog.New(slog.DiscardHandler))
+	defer fwd.Close()
+	// The follower's own service would refuse everything: only the relay answers.
+	followerAddr := serve(t, []grpc.ServerOption{grpc.StreamInterceptor(fwd.StreamInterceptor)}, cohortv1.UnimplementedClusterServiceServer{})
+
+	conn, err := grpc.NewClient(followerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cl := cohortv1.NewClusterServiceClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), AuthorizationHeader, "Bearer t0k")
+
+	save, err := cl.SnapshotSave(ctx, &cohortv1.SnapshotSaveRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for {
+		m, err := save.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("save stream: %v", err)
+		}
+		got += string(m.GetData())
+	}
+	if got != "abbccc" {
+		t.Errorf("relayed save stream %q, want abbccc", got)
+	}
+	if len(leader.gotAuth) != 1 || leader.gotAuth[0] != "Bearer t0k" {
+		t.Errorf("the leader saw authorization %q", leader.gotAuth)
+	}
+
+	restore, err := cl.SnapshotRestore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []string{"xyz", "12345"} {
+		if err := restore.Send(&cohortv1.SnapshotRestoreRequest{Part: &cohortv1.SnapshotRestoreRequest_Data{Data: []byte(chunk)}}); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	resp, err := restore.CloseAndRecv()
+	if err != nil || resp.GetIndex() != 8 {
+		t.Fatalf("relayed restore: %v, %v; want the leader to count 8 bytes", resp, err)
+	}
+}
