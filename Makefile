@@ -5,7 +5,8 @@
 GO       ?= go
 BIN      := bin
 PKGS     := ./...
-# -race always; the FSM property tests run more cases than rapid's default.
+# -race always, nothing cached; the FSM property tests run rapid's default 100 cases
+# per property (raise with: go test ./fsm/ -rapid.checks=N).
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: all build run test unit proto proto-check lint bench clean
