@@ -8,7 +8,7 @@ import (
 // The leader's plan through package assign: complete, disjoint, only to
 // subscribers; sticky keeps what members owned (read from the metadata this
 // client writes).
-func Test_Assignor_PlansAreCompleteDisjointAndSticky(t *testing.T) {
+func TestAssignor_PlansAreCompleteDisjointAndSticky(t *testing.T) {
 	partitions := map[string]int32{"a": 4, "b": 3}
 	for _, name := range []string{"range", "roundrobin", "sticky", "consistent-hash"} {
 		t.Run(name, func(t *testing.T) {

@@ -12,11 +12,11 @@ import (
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
-// Test_RealCluster_MembersShareOneGenerationAndCommit runs members against
+// TestRealCluster_MembersShareOneGenerationAndCommit runs members against
 // an in-process three-node cluster (real Raft, real gRPC): one generation,
 // commits, fencing, a leave, and a kill -9 of the leader node that no member
 // notices as a new generation.
-func Test_RealCluster_MembersShareOneGenerationAndCommit(t *testing.T) {
+func TestRealCluster_MembersShareOneGenerationAndCommit(t *testing.T) {
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	endpoints := c.Addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -13,7 +13,7 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
-func Test_Config_Defaults(t *testing.T) {
+func TestConfig_Defaults(t *testing.T) {
 	c := Config{Endpoints: []string{"127.0.0.1:9001"}, GroupID: "g", Topics: []string{"t"}}.withDefaults()
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
@@ -25,7 +25,7 @@ func Test_Config_Defaults(t *testing.T) {
 	}
 }
 
-func Test_Config_Validation_NamesTheField(t *testing.T) {
+func TestConfig_Validation_NamesTheField(t *testing.T) {
 	base := func() Config {
 		return Config{Endpoints: []string{"127.0.0.1:9001"}, GroupID: "g", Topics: []string{"t"}}
 	}
@@ -66,7 +66,7 @@ func Test_Config_Validation_NamesTheField(t *testing.T) {
 	}
 }
 
-func Test_Error_FromStatusAndCode(t *testing.T) {
+func TestError_FromStatusAndCode(t *testing.T) {
 	err := fromStatus(protoErr(codes.FailedPrecondition, "MEMBER_ID_REQUIRED", map[string]string{"member_id": "m-7"}))
 	var e *Error
 	if !errors.As(err, &e) || !errors.Is(err, ErrMemberIDRequired) || e.Metadata["member_id"] != "m-7" || e.Code != errcode.MemberIDRequired || e.GRPCCode != codes.FailedPrecondition {

@@ -25,7 +25,7 @@ func testConn(t *testing.T, endpoints ...string) *Conn {
 	return c
 }
 
-func Test_Conn_FollowsLeaderHeader(t *testing.T) {
+func TestConn_FollowsLeaderHeader(t *testing.T) {
 	c := newFakeCluster(t)
 	follower, leader := c.node(), c.node()
 	follower.setLeader(leader.addr)
@@ -47,7 +47,7 @@ func Test_Conn_FollowsLeaderHeader(t *testing.T) {
 	}
 }
 
-func Test_Conn_NotLeaderWithHeader_GoesToLeaderAtOnce(t *testing.T) {
+func TestConn_NotLeaderWithHeader_GoesToLeaderAtOnce(t *testing.T) {
 	c := newFakeCluster(t)
 	a, b := c.node(), c.node()
 	a.setLeader(b.addr)
@@ -62,7 +62,7 @@ func Test_Conn_NotLeaderWithHeader_GoesToLeaderAtOnce(t *testing.T) {
 	}
 }
 
-func Test_Conn_RotatesPastDeadAndRefusingEndpoints(t *testing.T) {
+func TestConn_RotatesPastDeadAndRefusingEndpoints(t *testing.T) {
 	c := newFakeCluster(t)
 	busy, good := c.node(), c.node()
 	busy.refuseNext("CreateTopic", errCoordNotAvail)
@@ -76,7 +76,7 @@ func Test_Conn_RotatesPastDeadAndRefusingEndpoints(t *testing.T) {
 	}
 }
 
-func Test_Conn_ProtocolErrorsAreNotRetried(t *testing.T) {
+func TestConn_ProtocolErrorsAreNotRetried(t *testing.T) {
 	for _, e := range []error{errInvalidArg, errRebalance, status.Error(codes.PermissionDenied, "no")} {
 		c := newFakeCluster(t)
 		n := c.node()
@@ -89,7 +89,7 @@ func Test_Conn_ProtocolErrorsAreNotRetried(t *testing.T) {
 	}
 }
 
-func Test_Conn_RetriesAreBoundedByContext(t *testing.T) {
+func TestConn_RetriesAreBoundedByContext(t *testing.T) {
 	conn := testConn(t, deadAddr(t), deadAddr(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -110,7 +110,7 @@ func Test_Conn_RetriesAreBoundedByContext(t *testing.T) {
 	}
 }
 
-func Test_Backoff_HasJitterAndIsBounded(t *testing.T) {
+func TestBackoff_HasJitterAndIsBounded(t *testing.T) {
 	b := newBackoff(10*time.Millisecond, 80*time.Millisecond)
 	seen := map[time.Duration]bool{}
 	for attempt := range 12 {
@@ -135,7 +135,7 @@ func Test_Backoff_HasJitterAndIsBounded(t *testing.T) {
 	}
 }
 
-func Test_Conn_HungNode_AttemptTimesOutAndNextEndpointAnswers(t *testing.T) {
+func TestConn_HungNode_AttemptTimesOutAndNextEndpointAnswers(t *testing.T) {
 	c := newFakeCluster(t)
 	hung, good := c.node(), c.node()
 	hung.refuseNext("CreateTopic", errHang)

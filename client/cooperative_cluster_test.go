@@ -108,13 +108,13 @@ func createTopic(t *testing.T, ctx context.Context, endpoints []string, partitio
 	return name
 }
 
-// Test_RealCluster_CooperativeSticky_EleventhMemberOnlyTakesWhatMoves: ten
+// TestRealCluster_CooperativeSticky_EleventhMemberOnlyTakesWhatMoves: ten
 // members share 60 partitions with cooperative-sticky; an eleventh joins.
 // Round one withholds the five partitions that move (one from each of five
 // members), round two hands them to the newcomer: the group converges in
 // exactly two generations, only the moved partitions are revoked, the other
 // 55 are never revoked, and no kept partition is ever re-assigned.
-func Test_RealCluster_CooperativeSticky_EleventhMemberOnlyTakesWhatMoves(t *testing.T) {
+func TestRealCluster_CooperativeSticky_EleventhMemberOnlyTakesWhatMoves(t *testing.T) {
 	const partitions = 60
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -191,13 +191,13 @@ func Test_RealCluster_CooperativeSticky_EleventhMemberOnlyTakesWhatMoves(t *test
 	}
 }
 
-// Test_RealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance: members
+// TestRealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance: members
 // with ServerSideAssignor "sticky" (no plan computed by any client). A
 // fourth member joins and the leader node is killed while the join barrier
 // is open; the group completes on the new leader in one generation, with
 // the FSM's sticky plan (three moves, the minimum), identical on every
 // replica.
-func Test_RealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T) {
+func TestRealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T) {
 	const partitions = 12
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -286,11 +286,11 @@ func Test_RealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T)
 	}
 }
 
-// Test_RealCluster_ServerSide_LeaderKilledBetweenJoinAndSync drives the
+// TestRealCluster_ServerSide_LeaderKilledBetweenJoinAndSync drives the
 // protocol by hand: the FSM computes the plan in the entry that closes the
 // barrier, the leader node dies before anyone syncs, and the new leader
 // answers both SyncGroups (no assignments sent) from its own replica.
-func Test_RealCluster_ServerSide_LeaderKilledBetweenJoinAndSync(t *testing.T) {
+func TestRealCluster_ServerSide_LeaderKilledBetweenJoinAndSync(t *testing.T) {
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
-func Test_Member_Mode_CooperativeOnlyWithCooperativeStickyAlone(t *testing.T) {
+func TestMember_Mode_CooperativeOnlyWithCooperativeStickyAlone(t *testing.T) {
 	for _, tc := range []struct {
 		protocols   []string
 		server      string
@@ -38,7 +38,7 @@ func Test_Member_Mode_CooperativeOnlyWithCooperativeStickyAlone(t *testing.T) {
 // withholds the partition that moves: only it is revoked, nothing else
 // stops, and the member rejoins at once (no heartbeat in between) for round
 // two, which hands it to the other member. OnAssigned gets only additions.
-func Test_Member_Cooperative_RevokesOnlyWhatMovesAndDrivesTheSecondRound(t *testing.T) {
+func TestMember_Cooperative_RevokesOnlyWhatMovesAndDrivesTheSecondRound(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -99,7 +99,7 @@ func Test_Member_Cooperative_RevokesOnlyWhatMovesAndDrivesTheSecondRound(t *test
 
 // Losing the membership (UNKNOWN_MEMBER_ID) revokes everything even in the
 // cooperative protocol: the partitions may already be someone else's.
-func Test_Member_Cooperative_LostMembershipRevokesEverything(t *testing.T) {
+func TestMember_Cooperative_LostMembershipRevokesEverything(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -125,7 +125,7 @@ func Test_Member_Cooperative_LostMembershipRevokesEverything(t *testing.T) {
 // Server-side mode: protocol type "server", the assignor as the only
 // protocol (with subscription metadata the coordinator can read), and no
 // plan from the member even when it is the group leader.
-func Test_Member_ServerSide_SendsNoPlanAndTakesTheCoordinatorsAssignment(t *testing.T) {
+func TestMember_ServerSide_SendsNoPlanAndTakesTheCoordinatorsAssignment(t *testing.T) {
 	c := newFakeCluster(t)
 	c.plan = map[string]*cohortv1.Assignment{"member-1": {Topics: []*cohortv1.TopicPartitions{{Topic: "orders", Partitions: []int32{0, 2}}}}}
 	n := c.node()

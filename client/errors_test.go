@@ -15,7 +15,7 @@ import (
 
 // Every code the server can send decides the same way in the transport
 // (retryable) and in the member (fatal), from errcode alone.
-func Test_RetryDecisions_FollowErrcode(t *testing.T) {
+func TestRetryDecisions_FollowErrcode(t *testing.T) {
 	fatalCodes := map[errcode.Code]bool{
 		errcode.FencedInstanceID: true, errcode.InconsistentGroupProtocol: true, errcode.InvalidSessionTimeout: true,
 		errcode.GroupMaxSizeReached: true, errcode.InvalidArgument: true,
@@ -37,7 +37,7 @@ func Test_RetryDecisions_FollowErrcode(t *testing.T) {
 	}
 }
 
-func Test_RetryDecisions_TransportCodesAndUnknownReasons(t *testing.T) {
+func TestRetryDecisions_TransportCodesAndUnknownReasons(t *testing.T) {
 	cases := []struct {
 		name             string
 		err              error
@@ -64,7 +64,7 @@ func Test_RetryDecisions_TransportCodesAndUnknownReasons(t *testing.T) {
 	}
 }
 
-func Test_Error_IsAndReason(t *testing.T) {
+func TestError_IsAndReason(t *testing.T) {
 	err := fmt.Errorf("sync: %w", fromStatus(errIllegalGen))
 	if !errors.Is(err, ErrIllegalGeneration) || errors.Is(err, ErrUnknownMemberID) {
 		t.Fatal("errors.Is against the sentinels")
@@ -87,7 +87,7 @@ func Test_Error_IsAndReason(t *testing.T) {
 	}
 }
 
-func Test_FromCode_UnknownEnumValue(t *testing.T) {
+func TestFromCode_UnknownEnumValue(t *testing.T) {
 	err := fromCode(cohortv1.ErrorCode(999), "new")
 	if err == nil || errcode.Of(err) != errcode.Unknown || Reason(err) != "" {
 		t.Fatalf("unknown per-item code: %v (%s)", err, errcode.Of(err))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/internal/proc"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -356,11 +358,5 @@ func startMember(t *testing.T, cfg Config) (*Member, <-chan error) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	proc.WaitFor(t, 10*time.Second, what, func() (bool, string) { return cond(), "" })
 }

@@ -22,7 +22,7 @@ func commitReq(c fakeCall) *cohortv1.OffsetCommitRequest {
 
 var allOrders = []TopicPartition{{"orders", 0}, {"orders", 1}, {"orders", 2}}
 
-func Test_Member_MemberIDRequired_ThenJoinsSyncsAndHeartbeats(t *testing.T) {
+func TestMember_MemberIDRequired_ThenJoinsSyncsAndHeartbeats(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -59,7 +59,7 @@ func Test_Member_MemberIDRequired_ThenJoinsSyncsAndHeartbeats(t *testing.T) {
 	}
 }
 
-func Test_Member_NotLeaderDuringSyncAndCommit_RetriesSameMemberAndGenerationOnNextEndpoint(t *testing.T) {
+func TestMember_NotLeaderDuringSyncAndCommit_RetriesSameMemberAndGenerationOnNextEndpoint(t *testing.T) {
 	c := newFakeCluster(t)
 	a, b := c.node(), c.node()
 	a.refuseNext("SyncGroup", errNotLeader)
@@ -106,7 +106,7 @@ func Test_Member_NotLeaderDuringSyncAndCommit_RetriesSameMemberAndGenerationOnNe
 	}
 }
 
-func Test_Member_RebalanceInProgressOnHeartbeat_RevokesThenRejoinsWithSameMemberID(t *testing.T) {
+func TestMember_RebalanceInProgressOnHeartbeat_RevokesThenRejoinsWithSameMemberID(t *testing.T) {
 	for _, reason := range []error{errRebalance, errIllegalGen} {
 		t.Run(Reason(fromStatus(reason)), func(t *testing.T) {
 			c := newFakeCluster(t)
@@ -136,7 +136,7 @@ func Test_Member_RebalanceInProgressOnHeartbeat_RevokesThenRejoinsWithSameMember
 	}
 }
 
-func Test_Member_UnknownMemberIDOnHeartbeat_ResetsDynamicMemberID(t *testing.T) {
+func TestMember_UnknownMemberIDOnHeartbeat_ResetsDynamicMemberID(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -158,7 +158,7 @@ func Test_Member_UnknownMemberIDOnHeartbeat_ResetsDynamicMemberID(t *testing.T) 
 	}
 }
 
-func Test_Member_UnknownMemberIDOnHeartbeat_StaticMemberKeepsIDUntilJoinRefusesIt(t *testing.T) {
+func TestMember_UnknownMemberIDOnHeartbeat_StaticMemberKeepsIDUntilJoinRefusesIt(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -182,7 +182,7 @@ func Test_Member_UnknownMemberIDOnHeartbeat_StaticMemberKeepsIDUntilJoinRefusesI
 	}
 }
 
-func Test_Member_UnknownMemberIDOnJoinAfterFailover_StartsAsNewMember(t *testing.T) {
+func TestMember_UnknownMemberIDOnJoinAfterFailover_StartsAsNewMember(t *testing.T) {
 	// The old leader handed out a pending ID, then died: the new leader does
 	// not know it.
 	c := newFakeCluster(t)
@@ -204,7 +204,7 @@ func Test_Member_UnknownMemberIDOnJoinAfterFailover_StartsAsNewMember(t *testing
 	}
 }
 
-func Test_Member_Close_RevokesAndLeaves(t *testing.T) {
+func TestMember_Close_RevokesAndLeaves(t *testing.T) {
 	cases := []struct {
 		name      string
 		instance  string
@@ -257,7 +257,7 @@ func Test_Member_Close_RevokesAndLeaves(t *testing.T) {
 	}
 }
 
-func Test_Member_RunContextCancelled_LeavesAndReturnsContextError(t *testing.T) {
+func TestMember_RunContextCancelled_LeavesAndReturnsContextError(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -281,7 +281,7 @@ func Test_Member_RunContextCancelled_LeavesAndReturnsContextError(t *testing.T) 
 	}
 }
 
-func Test_Member_FatalErrors_StopRun(t *testing.T) {
+func TestMember_FatalErrors_StopRun(t *testing.T) {
 	cases := []struct {
 		name   string
 		method string
@@ -325,7 +325,7 @@ func Test_Member_FatalErrors_StopRun(t *testing.T) {
 	}
 }
 
-func Test_Member_Commit_PerPartitionErrorsAndStaleGeneration(t *testing.T) {
+func TestMember_Commit_PerPartitionErrorsAndStaleGeneration(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
 	rec := &recorder{}
@@ -377,7 +377,7 @@ func Test_Member_Commit_PerPartitionErrorsAndStaleGeneration(t *testing.T) {
 	}
 }
 
-func Test_Member_GroupLeader_AssignsEveryMember(t *testing.T) {
+func TestMember_GroupLeader_AssignsEveryMember(t *testing.T) {
 	c := newFakeCluster(t)
 	c.topics["payments"] = 2
 	c.members = []*cohortv1.JoinGroupMember{
@@ -409,7 +409,7 @@ func Test_Member_GroupLeader_AssignsEveryMember(t *testing.T) {
 	}
 }
 
-func Test_Member_CloseBeforeRun_ClosesConn(t *testing.T) {
+func TestMember_CloseBeforeRun_ClosesConn(t *testing.T) {
 	m, err := NewMember(testConfig(&recorder{}, "127.0.0.1:1"))
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func follower(c *testcluster.Cluster, leader int) int {
 	return -1
 }
 
-func Test_MultiNode_BootstrapExpect_FormsOneClusterAndRegistersEveryNode(t *testing.T) {
+func TestMultiNode_BootstrapExpect_FormsOneClusterAndRegistersEveryNode(t *testing.T) {
 	c := start(t, 3, nil)
 	leader := c.Leader()
 	for _, n := range c.Nodes {
@@ -106,7 +106,7 @@ func Test_MultiNode_BootstrapExpect_FormsOneClusterAndRegistersEveryNode(t *test
 
 // Join addresses that are host names (localhost), as a headless service's
 // are, go through the resolver rather than IP literals.
-func Test_MultiNode_BootstrapExpect_JoinByHostName(t *testing.T) {
+func TestMultiNode_BootstrapExpect_JoinByHostName(t *testing.T) {
 	c := start(t, 3, func(_ int, cc *cluster.Config) {
 		named := make([]string, len(cc.Join))
 		for i, j := range cc.Join {
@@ -126,7 +126,7 @@ func Test_MultiNode_BootstrapExpect_JoinByHostName(t *testing.T) {
 // Kubernetes pod recreated with a new IP would be, hears from no leader:
 // it registers its new address through the join addresses, the leader
 // moves it in the configuration (keeping it a voter), and it catches up.
-func Test_MultiNode_NewRaftAddress_LeaderFollowsIt(t *testing.T) {
+func TestMultiNode_NewRaftAddress_LeaderFollowsIt(t *testing.T) {
 	c := start(t, 3, nil)
 	leader := c.Leader()
 	f := follower(c, leader)
@@ -164,7 +164,7 @@ func Test_MultiNode_NewRaftAddress_LeaderFollowsIt(t *testing.T) {
 // The membership operations through a follower's gRPC service (so every
 // call is forwarded to the leader, and demoting the leader is forwarded on
 // to the next one), idempotent, with refusals as ErrorInfo reasons.
-func Test_MultiNode_Membership_JoinPromoteDemoteRemove_IdempotentAndSafe(t *testing.T) {
+func TestMultiNode_Membership_JoinPromoteDemoteRemove_IdempotentAndSafe(t *testing.T) {
 	c := start(t, 3, nil)
 	leader := c.Leader()
 	f := follower(c, leader)

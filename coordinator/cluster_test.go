@@ -34,7 +34,7 @@ func cluster(t *testing.T) *testcluster.Cluster {
 	return c
 }
 
-func Test_Group_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *testing.T) {
+func TestGroup_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *testing.T) {
 	cfg := testcluster.DefaultCoordinator()
 	cfg.InitialRebalanceDelay = 300 * time.Millisecond
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
@@ -62,7 +62,7 @@ func Test_Group_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *tes
 	}
 }
 
-func Test_Group_JoinLeaveAndCrash_EachRebalanceOnce(t *testing.T) {
+func TestGroup_JoinLeaveAndCrash_EachRebalanceOnce(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
@@ -132,7 +132,7 @@ func Test_Group_JoinLeaveAndCrash_EachRebalanceOnce(t *testing.T) {
 	}
 }
 
-func Test_Group_LeaderLeaves_NewLeaderCompletesRebalance(t *testing.T) {
+func TestGroup_LeaderLeaves_NewLeaderCompletesRebalance(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	ms := []*member{newMember(t, c, "g", "t"), newMember(t, c, "g", "t"), newMember(t, c, "g", "t")}
@@ -156,7 +156,7 @@ func Test_Group_LeaderLeaves_NewLeaderCompletesRebalance(t *testing.T) {
 	checkAssignment(t, "t", 6, rest...)
 }
 
-func Test_Group_MemberNotRejoining_DroppedAtRebalanceTimeout(t *testing.T) {
+func TestGroup_MemberNotRejoining_DroppedAtRebalanceTimeout(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
@@ -182,7 +182,7 @@ func Test_Group_MemberNotRejoining_DroppedAtRebalanceTimeout(t *testing.T) {
 	}
 }
 
-func Test_Commit_FencedByGenerationMembershipAndOwnership(t *testing.T) {
+func TestCommit_FencedByGenerationMembershipAndOwnership(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
@@ -217,7 +217,7 @@ func Test_Commit_FencedByGenerationMembershipAndOwnership(t *testing.T) {
 	}
 }
 
-func Test_Follower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
+func TestFollower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	leader := c.Leader()
@@ -308,7 +308,7 @@ func Test_Follower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
 	}
 }
 
-func Test_StaticMember_RestartWithinSession_KeepsAssignmentAndGeneration(t *testing.T) {
+func TestStaticMember_RestartWithinSession_KeepsAssignmentAndGeneration(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	a, s := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
@@ -332,7 +332,7 @@ func Test_StaticMember_RestartWithinSession_KeepsAssignmentAndGeneration(t *test
 	}
 }
 
-func Test_MalformedRequests_ClearErrors_NothingChanges(t *testing.T) {
+func TestMalformedRequests_ClearErrors_NothingChanges(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	a := newMember(t, c, "g", "t")
@@ -403,7 +403,7 @@ func Test_MalformedRequests_ClearErrors_NothingChanges(t *testing.T) {
 	}
 }
 
-func Test_Commit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
+func TestCommit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	leader := c.Leader()
@@ -446,7 +446,7 @@ func Test_Commit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
 	t.Logf("%d commits in %d log entries", commits, entries)
 }
 
-func Test_OffsetRetention_LeaderExpiresOffsetsOfEmptyGroupsOnly(t *testing.T) {
+func TestOffsetRetention_LeaderExpiresOffsetsOfEmptyGroupsOnly(t *testing.T) {
 	cfg := testcluster.DefaultCoordinator()
 	cfg.OffsetsRetention, cfg.OffsetsRetentionCheckInterval = 500*time.Millisecond, 100*time.Millisecond
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})

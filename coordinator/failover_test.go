@@ -78,7 +78,7 @@ func view(t *testing.T, c *testcluster.Cluster, node int, group string) snapshot
 	return v
 }
 
-func Test_Failover_Stable_KillLeader_KeepsGenerationAssignmentsAndOffsets(t *testing.T) {
+func TestFailover_Stable_KillLeader_KeepsGenerationAssignmentsAndOffsets(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	groups := map[string][]*member{}
@@ -176,7 +176,7 @@ func Test_Failover_Stable_KillLeader_KeepsGenerationAssignmentsAndOffsets(t *tes
 	}
 }
 
-func Test_Failover_MidJoinBarrier_OneNewGeneration(t *testing.T) {
+func TestFailover_MidJoinBarrier_OneNewGeneration(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	ms := []*member{newMember(t, c, "g", "t"), newMember(t, c, "g", "t"), newMember(t, c, "g", "t")}
@@ -237,7 +237,7 @@ func Test_Failover_MidJoinBarrier_OneNewGeneration(t *testing.T) {
 	}
 }
 
-func Test_Failover_MidSyncBarrier_SameGenerationEverywhere(t *testing.T) {
+func TestFailover_MidSyncBarrier_SameGenerationEverywhere(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
 	ms := []*member{newMember(t, c, "g", "t"), newMember(t, c, "g", "t"), newMember(t, c, "g", "t")}

@@ -9,11 +9,11 @@ import (
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
-// Test_ServerSide_RefusesAssignorsTheFSMCannotRun: a server-side join naming
+// TestServerSide_RefusesAssignorsTheFSMCannotRun: a server-side join naming
 // cooperative-sticky or an unknown assignor is INCONSISTENT_GROUP_PROTOCOL
 // before anything is proposed (the group is not created), and a server-side
 // group leader's join answer lists no members.
-func Test_ServerSide_RefusesAssignorsTheFSMCannotRun(t *testing.T) {
+func TestServerSide_RefusesAssignorsTheFSMCannotRun(t *testing.T) {
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -46,7 +46,7 @@ func stableServerGroup(t *testing.T, members ...string) *harness {
 	return h
 }
 
-func Test_ServerSide_JoinCompletionAssignsAndGoesStable(t *testing.T) {
+func TestServerSide_JoinCompletionAssignsAndGoesStable(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 6}))
@@ -79,7 +79,7 @@ func Test_ServerSide_JoinCompletionAssignsAndGoesStable(t *testing.T) {
 	}
 }
 
-func Test_ServerSide_StickyKeepsTheFSMRecordOfThePreviousGeneration(t *testing.T) {
+func TestServerSide_StickyKeepsTheFSMRecordOfThePreviousGeneration(t *testing.T) {
 	t.Parallel()
 	h := stableServerGroup(t, "a", "b", "c")
 	before := ownedBy(h.group("g"))
@@ -111,7 +111,7 @@ func Test_ServerSide_StickyKeepsTheFSMRecordOfThePreviousGeneration(t *testing.T
 	}
 }
 
-func Test_ServerSide_MetadataClaimsFillWhatTheRecordDoesNotPlace(t *testing.T) {
+func TestServerSide_MetadataClaimsFillWhatTheRecordDoesNotPlace(t *testing.T) {
 	t.Parallel()
 	h := stableServerGroup(t, "a", "b")
 	g := h.group("g")
@@ -146,7 +146,7 @@ func Test_ServerSide_MetadataClaimsFillWhatTheRecordDoesNotPlace(t *testing.T) {
 	}
 }
 
-func Test_ServerSide_MetadataClaimsAfterEveryoneLeft(t *testing.T) {
+func TestServerSide_MetadataClaimsAfterEveryoneLeft(t *testing.T) {
 	t.Parallel()
 	// Both members rejoin in one round (the initial delay keeps the barrier
 	// open), so their metadata claims are the only previous ownership.
@@ -176,7 +176,7 @@ func Test_ServerSide_MetadataClaimsAfterEveryoneLeft(t *testing.T) {
 	}
 }
 
-func Test_ServerSide_UndecodableMetadataIsNoClaimAndIsReported(t *testing.T) {
+func TestServerSide_UndecodableMetadataIsNoClaimAndIsReported(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 4}))
@@ -190,7 +190,7 @@ func Test_ServerSide_UndecodableMetadataIsNoClaimAndIsReported(t *testing.T) {
 	}
 }
 
-func Test_ServerSide_RefusesCooperativeAndUnknownAssignors(t *testing.T) {
+func TestServerSide_RefusesCooperativeAndUnknownAssignors(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	for _, protocols := range [][]string{{"cooperative-sticky"}, {"sticky", "cooperative-sticky"}, {"my-own"}} {
@@ -204,7 +204,7 @@ func Test_ServerSide_RefusesCooperativeAndUnknownAssignors(t *testing.T) {
 	}
 }
 
-func Test_ServerSide_AssignorFailureFallsBackToRange(t *testing.T) {
+func TestServerSide_AssignorFailureFallsBackToRange(t *testing.T) {
 	t.Parallel()
 	// A group whose protocol the FSM cannot run (a log written before the
 	// join check, say) still gets a plan, and the fallback is reported.
@@ -221,7 +221,7 @@ func Test_ServerSide_AssignorFailureFallsBackToRange(t *testing.T) {
 	}
 }
 
-func Test_ServerSide_TopicChangeReassigns(t *testing.T) {
+func TestServerSide_TopicChangeReassigns(t *testing.T) {
 	t.Parallel()
 	h := stableServerGroup(t, "a", "b")
 	h.ok(at(30, addPartitions{"t", 16}))
@@ -310,7 +310,7 @@ func BenchmarkServerSideJoinCompletion(b *testing.B) {
 // assignment rebalances, so the new type's rule decides who assigns (found
 // by the property test: a CompletingRebalance group turned "server" would
 // have waited for a leader's plan forever).
-func Test_ServerSide_SoleMemberSwitchingTypeRebalances(t *testing.T) {
+func TestServerSide_SoleMemberSwitchingTypeRebalances(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.ok(at(1, createTopic{"t", 4}))

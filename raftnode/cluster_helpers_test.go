@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/internal/proc"
+
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/hashicorp/raft"
@@ -127,21 +129,8 @@ func (tn *testNode) restart(t testing.TB) *testNode {
 	return startTestNode(t, tn.cfg)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds or the timeout passes.
+var waitFor = proc.WaitFor
 
 // leader waits until exactly one of the running nodes leads and every
 // running node agrees on it.

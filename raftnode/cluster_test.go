@@ -13,7 +13,7 @@ import (
 	"github.com/cohortlabs/cohort/offsets"
 )
 
-func Test_MultiNode_ApplyReplicatesToAllFSMs(t *testing.T) {
+func TestMultiNode_ApplyReplicatesToAllFSMs(t *testing.T) {
 	c := newTestCluster(t, 3)
 	leader := c.leader()
 	for i := range 20 {
@@ -75,7 +75,7 @@ func viewGroup(t *testing.T, f *fsm.FSM, id string) groupView {
 	return v
 }
 
-func Test_MultiNode_LeaderFailover_KeepsGeneration(t *testing.T) {
+func TestMultiNode_LeaderFailover_KeepsGeneration(t *testing.T) {
 	c := newTestCluster(t, 3)
 	leader := c.leader()
 
@@ -145,7 +145,7 @@ func Test_MultiNode_LeaderFailover_KeepsGeneration(t *testing.T) {
 	waitConverged(t, newLeader, survivors...)
 }
 
-func Test_Node_RestartFromDataDir_CatchesUp(t *testing.T) {
+func TestNode_RestartFromDataDir_CatchesUp(t *testing.T) {
 	c := newTestCluster(t, 3)
 	leader := c.leader()
 	for i := range 10 {
@@ -191,7 +191,7 @@ func Test_Node_RestartFromDataDir_CatchesUp(t *testing.T) {
 	}
 }
 
-func Test_MultiNode_SnapshotInstall_AfterCompaction(t *testing.T) {
+func TestMultiNode_SnapshotInstall_AfterCompaction(t *testing.T) {
 	c := newTestCluster(t, 3, func(_ int, cfg *Config) {
 		cfg.TrailingLogs = 4
 		cfg.SnapshotThreshold = 16

@@ -71,7 +71,7 @@ func TestNodeID_PersistedAndMismatchRefused(t *testing.T) {
 	}
 }
 
-func Test_SingleNode_RestartKeepsStateAndLeads(t *testing.T) {
+func TestSingleNode_RestartKeepsStateAndLeads(t *testing.T) {
 	tn := newSingleNode(t, testConfig(t, "solo"))
 	waitFor(t, 10*time.Second, "single node leads", func() (bool, string) { return tn.node.IsLeader(), tn.node.State().String() })
 	tn.apply(t, createTopic("t", 3))

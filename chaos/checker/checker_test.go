@@ -48,7 +48,7 @@ func assertValid(t *testing.T, r Result) {
 	}
 }
 
-func Test_Linearizable_AcceptsSequentialAndConcurrentHistories(t *testing.T) {
+func TestLinearizable_AcceptsSequentialAndConcurrentHistories(t *testing.T) {
 	es := []history.Entry{
 		read(0, 0, -1, 0, 1*s),
 		write(0, 0, 5, 2*s, 3*s, history.OK),
@@ -63,7 +63,7 @@ func Test_Linearizable_AcceptsSequentialAndConcurrentHistories(t *testing.T) {
 	assertValid(t, Linearizable(es, Options{}))
 }
 
-func Test_Linearizable_UnknownWriteMayLandAnyTimeAfterItsCall(t *testing.T) {
+func TestLinearizable_UnknownWriteMayLandAnyTimeAfterItsCall(t *testing.T) {
 	es := []history.Entry{
 		write(0, 0, 1, 0, 1*s, history.OK),
 		write(1, 0, 2, 2*s, 3*s, history.Info), // timed out
@@ -77,7 +77,7 @@ func Test_Linearizable_UnknownWriteMayLandAnyTimeAfterItsCall(t *testing.T) {
 	assertFlags(t, Linearizable(es, Options{}), KindNonLinearizable)
 }
 
-func Test_Linearizable_FlagsStaleRead(t *testing.T) {
+func TestLinearizable_FlagsStaleRead(t *testing.T) {
 	es := []history.Entry{
 		write(0, 0, 1, 0, 1*s, history.OK),
 		write(0, 0, 2, 2*s, 3*s, history.OK),
@@ -93,7 +93,7 @@ func Test_Linearizable_FlagsStaleRead(t *testing.T) {
 	}
 }
 
-func Test_Durability_FlagsLostWrite(t *testing.T) {
+func TestDurability_FlagsLostWrite(t *testing.T) {
 	es := []history.Entry{
 		write(0, 0, 1, 0, 1*s, history.OK),
 		write(0, 0, 2, 2*s, 3*s, history.OK),
@@ -104,7 +104,7 @@ func Test_Durability_FlagsLostWrite(t *testing.T) {
 	assertFlags(t, Linearizable(es, Options{}), KindNonLinearizable)
 }
 
-func Test_Durability_AcceptsLastAckedOrLaterUnknownWrite(t *testing.T) {
+func TestDurability_AcceptsLastAckedOrLaterUnknownWrite(t *testing.T) {
 	for _, got := range []int64{2, 3} {
 		es := []history.Entry{
 			write(0, 0, 1, 0, 1*s, history.OK),
@@ -119,7 +119,7 @@ func Test_Durability_AcceptsLastAckedOrLaterUnknownWrite(t *testing.T) {
 	assertValid(t, Durability(es))
 }
 
-func Test_Durability_FlagsLostMemberCommit(t *testing.T) {
+func TestDurability_FlagsLostMemberCommit(t *testing.T) {
 	es := []history.Entry{
 		commit("m1", "", 3, history.OK, 1*s, 10),
 		commit("m1", "", 3, history.OK, 3*s, 20),
@@ -177,7 +177,7 @@ func healthyGroup() []history.Entry {
 	}
 }
 
-func Test_GroupCheckers_AcceptHealthyGroup(t *testing.T) {
+func TestGroupCheckers_AcceptHealthyGroup(t *testing.T) {
 	es := healthyGroup()
 	assertValid(t, Agreement(es))
 	assertValid(t, Monotonic(es))
@@ -185,12 +185,12 @@ func Test_GroupCheckers_AcceptHealthyGroup(t *testing.T) {
 	assertValid(t, Failover(es, Options{FailoverOnly: true}))
 }
 
-func Test_Agreement_FlagsDoubleOwner(t *testing.T) {
+func TestAgreement_FlagsDoubleOwner(t *testing.T) {
 	es := append(healthyGroup(), sync("i3", "m3", "", 2, 6*s, 1)) // m3 also got partition 1 in gen 2
 	assertFlags(t, Agreement(es), KindDoubleOwner)
 }
 
-func Test_Agreement_StaticReplacementIsNotADoubleOwner(t *testing.T) {
+func TestAgreement_StaticReplacementIsNotADoubleOwner(t *testing.T) {
 	es := []history.Entry{
 		join("a", "s1-old", "inst-1", 3, "s1-old", 1*s, history.Member{Member: "s1-old", Instance: "inst-1"}),
 		sync("a", "s1-old", "inst-1", 3, 2*s, 0, 1),
@@ -201,7 +201,7 @@ func Test_Agreement_StaticReplacementIsNotADoubleOwner(t *testing.T) {
 	assertValid(t, Agreement(es))
 }
 
-func Test_Agreement_StaticLeaderReplacedAfterLostAnswerIsOneLeader(t *testing.T) {
+func TestAgreement_StaticLeaderReplacedAfterLostAnswerIsOneLeader(t *testing.T) {
 	es := []history.Entry{
 		// m2 is told the leader is "lost" (the static instance's ID whose
 		// JoinGroup answer never reached it); the instance's retry replaces
@@ -215,19 +215,19 @@ func Test_Agreement_StaticLeaderReplacedAfterLostAnswerIsOneLeader(t *testing.T)
 	assertFlags(t, Agreement(es), KindLeaderDisagree)
 }
 
-func Test_Agreement_FlagsLeaderAndMemberListDisagreement(t *testing.T) {
+func TestAgreement_FlagsLeaderAndMemberListDisagreement(t *testing.T) {
 	es := append(healthyGroup(), join("i2", "m2", "", 2, "m2", 5*s))
 	assertFlags(t, Agreement(es), KindLeaderDisagree)
 	es = append(healthyGroup(), join("i1", "m1", "", 2, "m1", 5*s, history.Member{Member: "m1"}))
 	assertFlags(t, Agreement(es), KindMembersDisagree)
 }
 
-func Test_Monotonic_FlagsGenerationGoingBack(t *testing.T) {
+func TestMonotonic_FlagsGenerationGoingBack(t *testing.T) {
 	es := append(healthyGroup(), join("i1", "m1", "", 1, "m1", 9*s))
 	assertFlags(t, Monotonic(es), KindGenerationBack)
 }
 
-func Test_Fencing_FlagsCommitByNonOwner(t *testing.T) {
+func TestFencing_FlagsCommitByNonOwner(t *testing.T) {
 	// m2 owns partition 1 in generation 2; m1's commit of it is acknowledged.
 	es := append(healthyGroup(), commit("m1", "", 2, history.OK, 9*s, 13, 1))
 	assertFlags(t, Fencing(es), KindFencingBreach)
@@ -236,7 +236,7 @@ func Test_Fencing_FlagsCommitByNonOwner(t *testing.T) {
 	assertFlags(t, Fencing(es), KindFencingBreach)
 }
 
-func Test_Failover_FlagsGenerationWithoutChurn(t *testing.T) {
+func TestFailover_FlagsGenerationWithoutChurn(t *testing.T) {
 	es := append(healthyGroup(),
 		join("i1", "m1", "", 3, "m1", 60*s, history.Member{Member: "m1"}, history.Member{Member: "m2"}),
 		join("i2", "m2", "", 3, "m1", 60*s),
@@ -247,7 +247,7 @@ func Test_Failover_FlagsGenerationWithoutChurn(t *testing.T) {
 	}
 }
 
-func Test_Liveness_FlagsUnstableGroupAndSilentProcess(t *testing.T) {
+func TestLiveness_FlagsUnstableGroupAndSilentProcess(t *testing.T) {
 	heal := history.Entry{Type: history.TypeEvent, F: history.EvFinalPhase, Start: 10 * s}
 	ok := []history.Entry{
 		write(0, 0, 1, 1*s, 2*s, history.OK),
@@ -267,7 +267,7 @@ func Test_Liveness_FlagsUnstableGroupAndSilentProcess(t *testing.T) {
 	assertFlags(t, r, KindClientNotRecovered)
 }
 
-func Test_All_RoundTripsThroughHistoryFile(t *testing.T) {
+func TestAll_RoundTripsThroughHistoryFile(t *testing.T) {
 	path := t.TempDir() + "/history.jsonl"
 	rec, err := history.NewRecorder(path)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 var plan = Plan{Kinds: AllKinds, Length: 3 * time.Minute, QuietMin: 2 * time.Second, QuietMax: 5 * time.Second,
 	FaultMin: 3 * time.Second, FaultMax: 8 * time.Second, LeaderFaultMax: 5 * time.Second}
 
-func Test_NewSchedule_SameSeedSameSchedule(t *testing.T) {
+func TestNewSchedule_SameSeedSameSchedule(t *testing.T) {
 	a, b := NewSchedule(42, plan), NewSchedule(42, plan)
 	if a.String() != b.String() || !slices.Equal(a.Steps, b.Steps) {
 		t.Fatalf("seed 42 gave two schedules:\n%s\n%s", a, b)
@@ -20,7 +20,7 @@ func Test_NewSchedule_SameSeedSameSchedule(t *testing.T) {
 	}
 }
 
-func Test_NewSchedule_CoversEveryKindAndEndsInTime(t *testing.T) {
+func TestNewSchedule_CoversEveryKindAndEndsInTime(t *testing.T) {
 	s := NewSchedule(7, plan)
 	if got := s.Kinds(); len(got) != len(AllKinds) {
 		t.Fatalf("3 minutes cover %d of %d kinds: %v\n%s", len(got), len(AllKinds), got, s)
@@ -40,7 +40,7 @@ func Test_NewSchedule_CoversEveryKindAndEndsInTime(t *testing.T) {
 	}
 }
 
-func Test_FailoverOnly(t *testing.T) {
+func TestFailoverOnly(t *testing.T) {
 	p := plan
 	p.Kinds = Groups["leader"]
 	if s := NewSchedule(1, p); !s.FailoverOnly(10 * time.Second) {
@@ -51,7 +51,7 @@ func Test_FailoverOnly(t *testing.T) {
 	}
 }
 
-func Test_Resolve_DropsWhatTheModeCannotDo(t *testing.T) {
+func TestResolve_DropsWhatTheModeCannotDo(t *testing.T) {
 	kinds, dropped, err := Resolve("mixed", false, false)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func majority(g Grudge, nodes []string, a string) []string {
 	return out
 }
 
-func Test_Grudges(t *testing.T) {
+func TestGrudges(t *testing.T) {
 	five := []string{"n1", "n2", "n3", "n4", "n5"}
 	g, _ := Ring(five)
 	seen := map[string]bool{}
@@ -113,7 +113,7 @@ func Test_Grudges(t *testing.T) {
 	}
 }
 
-func Test_VoterIn(t *testing.T) {
+func TestVoterIn(t *testing.T) {
 	js := `{"servers":[{"nodeId":"n1","voter":true},{"nodeId":"n2","voter":false}]}`
 	if !voterIn(js, "n1") || voterIn(js, "n2") || voterIn(js, "n3") {
 		t.Fatal("voterIn misread the peers JSON")

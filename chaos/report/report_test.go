@@ -10,7 +10,7 @@ import (
 	"github.com/cohortlabs/cohort/chaos/history"
 )
 
-func Test_Report_WritesResultsAndBothPlots(t *testing.T) {
+func TestReport_WritesResultsAndBothPlots(t *testing.T) {
 	var es []history.Entry
 	for i := range int64(200) {
 		out := history.OK

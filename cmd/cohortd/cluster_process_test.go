@@ -18,11 +18,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Test_Process_RunCluster_FormsOneClusterAndStopsCleanly runs what
+// TestProcess_RunCluster_FormsOneClusterAndStopsCleanly runs what
 // `make run` runs: scripts/run-cluster.sh with a freshly built cohortd. The
 // three processes must form one cluster (one leader, three voters) and
 // exit cleanly on SIGTERM.
-func Test_Process_RunCluster_FormsOneClusterAndStopsCleanly(t *testing.T) {
+func TestProcess_RunCluster_FormsOneClusterAndStopsCleanly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the cohortd binary")
 	}

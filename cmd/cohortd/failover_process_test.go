@@ -26,12 +26,12 @@ func (n *procNode) start(t *testing.T, bin string) {
 	n.proc = proc.StartT(t, proc.Spec{Name: n.id, Path: bin, Args: n.args})
 }
 
-// Test_Process_KillLeader_MembersKeepGenerationAndCommits runs three real
+// TestProcess_KillLeader_MembersKeepGenerationAndCommits runs three real
 // cohortd processes and three client members; kill -9 of the leader's
 // process changes no member's generation or assignment, every commit made
 // before it is readable, commits resume on the new leader, and the killed
 // node restarts from its data dir as a follower.
-func Test_Process_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
+func TestProcess_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the cohortd binary")
 	}

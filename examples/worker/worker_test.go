@@ -18,14 +18,14 @@ import (
 	"github.com/cohortlabs/cohort/internal/proc"
 )
 
-// Test_Process_Worker_JoinsCommitsAndLeavesOnSIGINT runs the README's first
+// TestProcess_Worker_JoinsCommitsAndLeavesOnSIGINT runs the README's first
 // consumer the way a newcomer does: `make run` (scripts/run-cluster.sh with
 // a built cohortd, on reserved ports instead of 9001-9003), then the worker
 // binary creating its topic. The worker must print its assignment, commit
 // offsets the cluster then serves back, and on SIGINT exit 0 having left the
 // group: the group is Empty right after the exit, long before the 10 s
 // session timeout could have expired the member.
-func Test_Process_Worker_JoinsCommitsAndLeavesOnSIGINT(t *testing.T) {
+func TestProcess_Worker_JoinsCommitsAndLeavesOnSIGINT(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs cohortd and the worker")
 	}

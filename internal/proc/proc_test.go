@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-func Test_ReservePorts_OutsideEphemeralRangeDistinctAndLocked(t *testing.T) {
+func TestReservePorts_OutsideEphemeralRangeDistinctAndLocked(t *testing.T) {
 	ranges, err := portRanges()
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func Test_ReservePorts_OutsideEphemeralRangeDistinctAndLocked(t *testing.T) {
 	f.Close()
 }
 
-func Test_Pick_RunStaysInsideOneRange(t *testing.T) {
+func TestPick_RunStaysInsideOneRange(t *testing.T) {
 	ranges := [][2]int{{100, 104}, {200, 201}}
 	for range 1000 {
 		base, ok := pick(ranges, 3)
@@ -87,7 +87,7 @@ func procState(t *testing.T, pid int) string {
 	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
 }
 
-func Test_Process_PauseResumeKill(t *testing.T) {
+func TestProcess_PauseResumeKill(t *testing.T) {
 	p := StartT(t, Spec{Name: "sleeper", Path: "sleep", Args: []string{"60"}})
 	if p.Exited() || p.Err() != nil {
 		t.Fatalf("sleep exited at once: %v", p.Err())
@@ -130,7 +130,7 @@ func Test_Process_PauseResumeKill(t *testing.T) {
 // trapTERM exits 0 on SIGTERM (and keeps no child that holds the pipe).
 const trapTERM = `trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done`
 
-func Test_Process_StopHandlesSIGTERMEvenWhenPaused(t *testing.T) {
+func TestProcess_StopHandlesSIGTERMEvenWhenPaused(t *testing.T) {
 	p := StartT(t, Spec{Name: "trap", Path: "sh", Args: []string{"-c", trapTERM}})
 	WaitFor(t, 5*time.Second, "the trap to be set", func() (bool, string) {
 		return strings.Contains(p.Log().String(), "\nready\n"), p.Log().String()
@@ -148,7 +148,7 @@ func Test_Process_StopHandlesSIGTERMEvenWhenPaused(t *testing.T) {
 	}
 }
 
-func Test_Process_StopKillsWhatIgnoresSIGTERM(t *testing.T) {
+func TestProcess_StopKillsWhatIgnoresSIGTERM(t *testing.T) {
 	p := StartT(t, Spec{Path: "sh", Args: []string{"-c", `trap '' TERM; echo ready; sleep 60`}, OwnGroup: true})
 	WaitFor(t, 5*time.Second, "the trap to be set", func() (bool, string) {
 		return strings.Contains(p.Log().String(), "\nready\n"), p.Log().String()
@@ -161,7 +161,7 @@ func Test_Process_StopKillsWhatIgnoresSIGTERM(t *testing.T) {
 	}
 }
 
-func Test_Process_LogCapturedToMemoryAndFileAcrossRestarts(t *testing.T) {
+func TestProcess_LogCapturedToMemoryAndFileAcrossRestarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.log")
 	log, err := OpenLog(path, DefaultKeep)
 	if err != nil {
@@ -199,7 +199,7 @@ func Test_Process_LogCapturedToMemoryAndFileAcrossRestarts(t *testing.T) {
 	}
 }
 
-func Test_Process_WrapperRunsTheProgram(t *testing.T) {
+func TestProcess_WrapperRunsTheProgram(t *testing.T) {
 	p := StartT(t, Spec{Path: "sh", Args: []string{"-c", "echo $WRAPPED"}, Wrapper: []string{"env", "WRAPPED=yes"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -211,7 +211,7 @@ func Test_Process_WrapperRunsTheProgram(t *testing.T) {
 	}
 }
 
-func Test_Process_WaitDeadlineOnARunningProcess(t *testing.T) {
+func TestProcess_WaitDeadlineOnARunningProcess(t *testing.T) {
 	p := StartT(t, Spec{Path: "sleep", Args: []string{"60"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -220,13 +220,13 @@ func Test_Process_WaitDeadlineOnARunningProcess(t *testing.T) {
 	}
 }
 
-func Test_Start_MissingProgramFails(t *testing.T) {
+func TestStart_MissingProgramFails(t *testing.T) {
 	if _, err := Start(Spec{Name: "x", Path: filepath.Join(t.TempDir(), "nothing")}); err == nil || !strings.Contains(err.Error(), "start x") {
 		t.Fatalf("start of a missing program: %v", err)
 	}
 }
 
-func Test_Log_KeepsTheLastLinesWhole(t *testing.T) {
+func TestLog_KeepsTheLastLinesWhole(t *testing.T) {
 	l := NewLog(100)
 	for i := range 100 {
 		fmt.Fprintf(l, "line %03d\n", i)
@@ -259,7 +259,7 @@ func (f *fakeTB) Cleanup(func())                 {}
 func (f *fakeTB) Failed() bool                   { return f.failed }
 func (f *fakeTB) Fatalf(format string, a ...any) { f.failed, f.msg = true, fmt.Sprintf(format, a...) }
 
-func Test_WaitFor_TimeoutSaysWhatAndLastDetail(t *testing.T) {
+func TestWaitFor_TimeoutSaysWhatAndLastDetail(t *testing.T) {
 	var ft fakeTB
 	calls := 0
 	start := time.Now()
@@ -293,7 +293,7 @@ func Test_WaitFor_TimeoutSaysWhatAndLastDetail(t *testing.T) {
 	}
 }
 
-func Test_Builds_BuildsOnceOrTakesPrebuilt(t *testing.T) {
+func TestBuilds_BuildsOnceOrTakesPrebuilt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go build")
 	}
@@ -339,7 +339,7 @@ func Test_Builds_BuildsOnceOrTakesPrebuilt(t *testing.T) {
 	}
 }
 
-func Test_Kill_OwnGroupKillsChildren(t *testing.T) {
+func TestKill_OwnGroupKillsChildren(t *testing.T) {
 	p := StartT(t, Spec{Path: "sh", Args: []string{"-c", "sleep 60 & echo child $!; wait"}, OwnGroup: true})
 	var child int
 	WaitFor(t, 5*time.Second, "the child's pid", func() (bool, string) {

@@ -8,12 +8,12 @@ import (
 	"github.com/cohortlabs/cohort/internal/proc"
 )
 
-// Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold:
+// TestProcess_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold:
 // with autopilot on, a joining non-voter is promoted once it has been
 // healthy for the stabilisation time (not by itself), and a killed voter is
 // removed once it has been dead for the threshold, never below the
 // minimum quorum.
-func Test_Process_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(t *testing.T) {
+func TestProcess_Autopilot_PromotesAfterStabilizationRemovesDeadAfterThreshold(t *testing.T) {
 	const stabilization, threshold = 2 * time.Second, 3 * time.Second
 	c := newCluster(t, "--autopilot", "--autopilot-cleanup-dead-servers",
 		"--autopilot-dead-server-threshold", threshold.String(), "--autopilot-server-stabilization-time", stabilization.String(),

@@ -9,13 +9,13 @@ import (
 	"github.com/cohortlabs/cohort/internal/proc"
 )
 
-// Test_Process_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits: two
+// TestProcess_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits: two
 // nodes join a three-node cluster with --join (entering as non-voters,
 // promoted once caught up) and are removed again, while a consumer group
 // rebalances (members join and leave) and commits throughout. The group's
 // generations and assignments stay consistent and no acknowledged commit
 // is lost.
-func Test_Process_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits(t *testing.T) {
+func TestProcess_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits(t *testing.T) {
 	c := newCluster(t)
 	c.form(3)
 	c.mustCtl("topics", "create", "orders", "--partitions", "12")
@@ -63,10 +63,10 @@ func Test_Process_Grow3To5AndShrink_GroupKeepsGenerationsAndCommits(t *testing.T
 	load.checkNoLoss(endpoints)
 }
 
-// Test_Process_RemoveLeader_LeadershipMovesFirstNoNewGeneration: removing
+// TestProcess_RemoveLeader_LeadershipMovesFirstNoNewGeneration: removing
 // the leader hands leadership over before the removal; the group's members
 // keep their generation and IDs.
-func Test_Process_RemoveLeader_LeadershipMovesFirstNoNewGeneration(t *testing.T) {
+func TestProcess_RemoveLeader_LeadershipMovesFirstNoNewGeneration(t *testing.T) {
 	c := newCluster(t)
 	c.form(3)
 	c.mustCtl("topics", "create", "orders", "--partitions", "6")
@@ -112,10 +112,10 @@ func Test_Process_RemoveLeader_LeadershipMovesFirstNoNewGeneration(t *testing.T)
 	load.checkNoLoss(c.grpcAddrs(rest...))
 }
 
-// Test_Process_TransferLeadership_MembersKeepSessionsAndGeneration:
+// TestProcess_TransferLeadership_MembersKeepSessionsAndGeneration:
 // leadership moves to the named node while members heartbeat; nobody is
 // expired and no new generation starts.
-func Test_Process_TransferLeadership_MembersKeepSessionsAndGeneration(t *testing.T) {
+func TestProcess_TransferLeadership_MembersKeepSessionsAndGeneration(t *testing.T) {
 	c := newCluster(t)
 	c.form(3)
 	c.mustCtl("topics", "create", "orders", "--partitions", "6")

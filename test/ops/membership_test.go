@@ -12,11 +12,11 @@ import (
 	"github.com/cohortlabs/cohort/internal/proc"
 )
 
-// Test_Process_PromoteLaggingNode_RefusedWithLag: a non-voter that is
+// TestProcess_PromoteLaggingNode_RefusedWithLag: a non-voter that is
 // behind the leader by more than --promote-max-lag is not promoted, and
 // the refusal says how far behind it is; once it has caught up, the same
 // command promotes it.
-func Test_Process_PromoteLaggingNode_RefusedWithLag(t *testing.T) {
+func TestProcess_PromoteLaggingNode_RefusedWithLag(t *testing.T) {
 	c := newCluster(t, "--promote-max-lag", "5")
 	c.form(3)
 	c.start("n4", "--join", strings.Join(c.grpcAddrs("n1", "n2", "n3"), ","), "--join-as-nonvoter")
@@ -78,10 +78,10 @@ func Test_Process_PromoteLaggingNode_RefusedWithLag(t *testing.T) {
 	}
 }
 
-// Test_Process_BadRequests_ClearErrorsNothingChanges: an unknown server ID
+// TestProcess_BadRequests_ClearErrorsNothingChanges: an unknown server ID
 // and a removal that would leave no healthy quorum are refused with clear
 // errors, and the configuration stays as it was.
-func Test_Process_BadRequests_ClearErrorsNothingChanges(t *testing.T) {
+func TestProcess_BadRequests_ClearErrorsNothingChanges(t *testing.T) {
 	c := newCluster(t)
 	c.form(3)
 	for _, args := range [][]string{
@@ -136,11 +136,11 @@ func Test_Process_BadRequests_ClearErrorsNothingChanges(t *testing.T) {
 	}
 }
 
-// Test_Process_AdminToken_RequiredForAdminRPCs: with --admin-token, admin
+// TestProcess_AdminToken_RequiredForAdminRPCs: with --admin-token, admin
 // calls without the token are refused (Unauthenticated), health needs none,
 // nodes use it among themselves (formation, registration, joining), and
 // cohortctl passes it from COHORT_ADMIN_TOKEN.
-func Test_Process_AdminToken_RequiredForAdminRPCs(t *testing.T) {
+func TestProcess_AdminToken_RequiredForAdminRPCs(t *testing.T) {
 	c := newCluster(t, "--admin-token", "s3cret")
 	c.token = "s3cret"
 	c.form(3)

@@ -10,11 +10,11 @@ import (
 	"github.com/cohortlabs/cohort/internal/proc"
 )
 
-// Test_Process_LoseQuorumAndRecover_SurvivorCarriesOn: two of three nodes
+// TestProcess_LoseQuorumAndRecover_SurvivorCarriesOn: two of three nodes
 // are lost for good; the cluster has no leader. `cohortd recover` makes the
 // stopped survivor the only voter; it starts with every entry it had, and
 // fresh nodes join it back to three.
-func Test_Process_LoseQuorumAndRecover_SurvivorCarriesOn(t *testing.T) {
+func TestProcess_LoseQuorumAndRecover_SurvivorCarriesOn(t *testing.T) {
 	c := newCluster(t)
 	c.form(3)
 	createTopics(t, c.grpcAddrs("n1", "n2", "n3"), "t", 5)

@@ -17,11 +17,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Test_Process_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter: a node
+// TestProcess_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter: a node
 // is killed, its data wiped and it is removed; started fresh with --join it
 // catches up through a snapshot install (the log was compacted) and is
 // promoted to voter.
-func Test_Process_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter(t *testing.T) {
+func TestProcess_ReplaceNode_CatchesUpThroughSnapshotAndBecomesVoter(t *testing.T) {
 	c := newCluster(t, "--raft-snapshot-threshold", "16", "--raft-trailing-logs", "4", "--raft-snapshot-interval", "100ms")
 	c.form(3)
 	createTopics(t, c.grpcAddrs("n1", "n2", "n3"), "t", 40)
@@ -97,11 +97,11 @@ func countTopics(addr string) (int, error) {
 	return len(resp.GetTopics()), nil
 }
 
-// Test_Process_RemoveAndReaddRepeatedly_BecomesVoterEachTime: a node removed
+// TestProcess_RemoveAndReaddRepeatedly_BecomesVoterEachTime: a node removed
 // and re-added fresh several times replays a log whose old configurations
 // list it as a voter, then as removed; it must neither stop itself on an old
 // configuration nor take an old one for its promotion.
-func Test_Process_RemoveAndReaddRepeatedly_BecomesVoterEachTime(t *testing.T) {
+func TestProcess_RemoveAndReaddRepeatedly_BecomesVoterEachTime(t *testing.T) {
 	c := newCluster(t)
 	c.form(3)
 	for round := range 3 {

@@ -78,12 +78,12 @@ func sameState(t *testing.T, what string, want, got clusterState) {
 	}
 }
 
-// Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical: a snapshot
+// TestProcess_SnapshotRestoreIntoFreshCluster_StateIdentical: a snapshot
 // saved from one cluster and restored into a fresh three-node cluster
 // carries groups, generations, assignments, offsets and topics over
 // exactly, on every node. A corrupted, truncated or foreign file is
 // refused, locally and by the leader, and nothing changes.
-func Test_Process_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
+func TestProcess_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 	a := newCluster(t)
 	a.form(3)
 	a.mustCtl("topics", "create", "orders", "--partitions", "6")
