@@ -12,6 +12,10 @@ import (
 	"context"
 	"log/slog"
 
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -118,8 +122,11 @@ var Services = []string{
 type Server struct {
 	Forwarder *Forwarder
 	Metrics   *grpcprom.ServerMetrics
-	engine    *coordinator.Engine
-	cluster   *ClusterService
+	// Health is the standard gRPC health service: SERVING for the node and
+	// each Cohort service until Shutdown.
+	Health  *health.Server
+	engine  *coordinator.Engine
+	cluster *ClusterService
 }
 
 // NewServer prepares the gRPC API of one node: the group API over the
@@ -133,6 +140,7 @@ func NewServer(e *coordinator.Engine, cl *cluster.Cluster, adminToken string, lo
 		Metrics: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 18)),
 		)),
+		Health:  health.NewServer(),
 		engine:  e,
 		cluster: NewClusterService(cl, fwd, adminToken),
 	}
@@ -148,12 +156,18 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Register adds the GroupCoordinator, Topics and ClusterService services
-// to gs and initialises per-method metrics.
+// Register adds every service of a node to gs: GroupCoordinator, Topics,
+// ClusterService, gRPC health and reflection; and initialises per-method
+// metrics.
 func (s *Server) Register(gs *grpc.Server) {
 	cohortv1.RegisterGroupCoordinatorServer(gs, &GroupServer{e: s.engine})
 	cohortv1.RegisterTopicsServer(gs, &TopicsServer{e: s.engine})
 	cohortv1.RegisterClusterServiceServer(gs, s.cluster)
+	healthpb.RegisterHealthServer(gs, s.Health)
+	reflection.Register(gs)
+	for _, svc := range []string{"", cohortv1.ClusterService_ServiceDesc.ServiceName, cohortv1.GroupCoordinator_ServiceDesc.ServiceName, cohortv1.Topics_ServiceDesc.ServiceName} {
+		s.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
 	s.Metrics.InitializeMetrics(gs)
 }
 

@@ -17,14 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
-	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/rpc"
 )
@@ -108,16 +105,10 @@ func Start(cfg Config) (*Server, error) {
 	api := rpc.NewServer(engine, cl, cfg.AdminToken, log)
 	gs := grpc.NewServer(api.ServerOptions()...)
 	api.Register(gs)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	for _, svc := range []string{"", cohortv1.ClusterService_ServiceDesc.ServiceName, cohortv1.GroupCoordinator_ServiceDesc.ServiceName, cohortv1.Topics_ServiceDesc.ServiceName} {
-		hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: hs,
+		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: api.Health,
 		peers: peers, log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
 	}
 	sub := node.SubscribeLeadership()
