@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/cohortlabs/cohort/errcode"
@@ -535,5 +536,38 @@ func TestGroups_FrozenViewsNeverChange(t *testing.T) {
 	}
 	if na, _ := now.Member("a"); na.Assignment.Len() != 0 || !na.Joined {
 		t.Fatalf("live member a: %+v", na)
+	}
+}
+
+// A plan's validation costs the size of the plan, not the partition counts
+// of the topics it names: every replica applies (and re-applies after a
+// restart) every SyncAssignment, so a small plan over huge topics must
+// stay a small apply. Not parallel: it measures this goroutine's
+// allocation through the process-wide counter.
+func TestSync_ValidationCostIsThePlansSize(t *testing.T) {
+	h := newHarness(t)
+	var topics []string
+	for i := range 8 {
+		name := fmt.Sprintf("huge-%d", i)
+		topics = append(topics, name)
+		h.ok(at(1, createTopic{name, 1 << 20}))
+	}
+	h.ok(at(2, join{group: "g", member: "a", topics: topics, newMember: true}))
+	h.ok(at(3, join{group: "g", member: "a", topics: topics}))
+	p := plan{"a": {}}
+	for _, name := range topics {
+		p["a"][name] = []int32{7}
+	}
+	cmd := at(4, syncCmd{"g", 1, "a", p})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	h.ok(cmd)
+	runtime.ReadMemStats(&after)
+	// Eight topics of 2^20 partitions: a per-partition table would be
+	// 8 × 16 MiB. The plan names eight partitions.
+	const bound = 256 << 10
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Fatalf("validating an 8-partition plan over 8 topics of 2^20 partitions allocated %d bytes, over %d", got, bound)
 	}
 }

@@ -47,7 +47,10 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 // validatePlan checks a leader's plan and returns it in canonical form.
 func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[string]Assignment, *errcode.ProtocolError) {
 	out := make(map[string]Assignment, len(plan))
-	owners := map[string][]string{} // topic → partition → owning member
+	// The owner of every partition the plan names: sized by the plan, never
+	// by the topics' partition counts, so that a small plan over huge
+	// topics costs a small apply on every replica.
+	owners := map[topicPartition]string{}
 	for _, ma := range plan {
 		m, ok := g.Member(ma.GetMemberId())
 		if !ok {
@@ -66,19 +69,15 @@ func (s *State) validatePlan(g *Group, plan []*fsmv1.MemberAssignment) (map[stri
 			if !m.Subscribes(topic) {
 				return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives member %q topic %q, to which it does not subscribe", m.ID, topic)
 			}
-			owner := owners[topic]
-			if owner == nil {
-				owner = make([]string, n)
-				owners[topic] = owner
-			}
 			for _, p := range t.GetPartitions() {
 				if p < 0 || p >= n {
 					return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives member %q partition %s/%d; topic %q has partitions 0..%d", m.ID, topic, p, topic, n-1)
 				}
-				if prev := owner[p]; prev != "" {
+				tp := topicPartition{topic, p}
+				if prev, taken := owners[tp]; taken {
 					return nil, errcode.Errorf(errcode.InvalidAssignment, "plan gives partition %s/%d to both %q and %q", topic, p, prev, m.ID)
 				}
-				owner[p] = m.ID
+				owners[tp] = m.ID
 			}
 			a.Topics = append(a.Topics, TopicPartitions{Topic: topic, Partitions: slices.Clone(t.GetPartitions())})
 		}
@@ -104,4 +103,10 @@ func canonical(a Assignment) Assignment {
 	}
 	a.Topics = merged
 	return a
+}
+
+// topicPartition names one partition of a plan.
+type topicPartition struct {
+	topic     string
+	partition int32
 }
