@@ -70,8 +70,15 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("coordinator: limit %s is %d; it must be positive (start from DefaultLimits)", f.name, f.v)
 		}
 	}
+	if l.MaxMemberIDBytes < minMemberIDBytes {
+		return fmt.Errorf("coordinator: limit MaxMemberIDBytes is %d; generated member IDs need at least %d", l.MaxMemberIDBytes, minMemberIDBytes)
+	}
 	return nil
 }
+
+// minMemberIDBytes is the shortest member ID limit generated IDs fit in: a
+// one-byte client ID prefix, a dash and 32 hex digits.
+const minMemberIDBytes = 1 + 1 + 32
 
 // Config configures an Engine. Start from DefaultConfig and change what
 // differs: no field has a zero-means-default meaning, and Validate refuses

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/errcode/wire"
@@ -65,9 +65,9 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	case memberID == "" && r.GetInstanceId() != "":
 		// A static member needs no extra round trip: it gets a new ID and
 		// takes its old slot (KIP-345).
-		memberID, newMember = newMemberID(r.GetClientId()), true
+		memberID, newMember = newMemberID(r.GetClientId(), e.cfg.Limits.MaxMemberIDBytes), true
 	case memberID == "":
-		memberID = newMemberID(r.GetClientId())
+		memberID = newMemberID(r.GetClientId(), e.cfg.Limits.MaxMemberIDBytes)
 		e.mu.Lock()
 		e.pending[memberKey{r.GetGroupId(), memberID}] = e.cfg.Now().Add(session)
 		e.mu.Unlock()
@@ -435,12 +435,20 @@ func assignmentToAPI(a fsm.Assignment) *cohortv1.Assignment {
 }
 
 // newMemberID makes a member ID the way Kafka does: client ID and a random
-// suffix.
-func newMemberID(clientID string) string {
+// suffix, the client ID cut (at a character boundary) so that the ID fits
+// in limit bytes: a member must be able to join again with the ID it was
+// given, and IDs over the limit are refused.
+func newMemberID(clientID string, limit int) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
+	suffix := "-" + hex.EncodeToString(b[:])
 	if clientID == "" {
 		clientID = "member"
 	}
-	return fmt.Sprintf("%s-%s", clientID, hex.EncodeToString(b[:]))
+	room := max(limit-len(suffix), 0)
+	for len(clientID) > room {
+		_, size := utf8.DecodeLastRuneInString(clientID)
+		clientID = clientID[:len(clientID)-size]
+	}
+	return clientID + suffix
 }
