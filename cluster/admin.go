@@ -133,8 +133,8 @@ func (cl *Cluster) AddNonvoter(ctx context.Context, id, raftAddr, grpcAddr strin
 	if err := raftnode.ValidateNodeID(id); err != nil {
 		return ChangeResult{}, errcode.Errorf(errcode.InvalidArgument, "%v", err)
 	}
-	if raftAddr == "" {
-		return ChangeResult{}, errcode.Errorf(errcode.InvalidArgument, "raft address of %q is required", id)
+	if err := validateAddresses(id, raftAddr, grpcAddr); err != nil {
+		return ChangeResult{}, err
 	}
 	c, err := cl.node.LeaderConfiguration()
 	if err != nil {
@@ -165,6 +165,24 @@ func (cl *Cluster) AddNonvoter(ctx context.Context, id, raftAddr, grpcAddr strin
 	}
 	cl.log.Info("added non-voter", "server", id, "raft_address", raftAddr, "grpc_address", grpcAddr)
 	return ChangeResult{Changed: true, Message: fmt.Sprintf("added %s at %s as a non-voter", id, raftAddr)}, nil
+}
+
+// validateAddresses checks the addresses a membership change or a
+// registration would put into the configuration or the node registry:
+// a server at an address nobody can reach would stay there.
+func validateAddresses(id, raftAddr, grpcAddr string) error {
+	if raftAddr == "" {
+		return errcode.Errorf(errcode.InvalidArgument, "raft address of %q is required", id)
+	}
+	if err := raftnode.ValidateAdvertise("raft address", raftAddr); err != nil {
+		return errcode.Errorf(errcode.InvalidArgument, "%v", err)
+	}
+	if grpcAddr != "" {
+		if err := raftnode.ValidateAdvertise("gRPC address", grpcAddr); err != nil {
+			return errcode.Errorf(errcode.InvalidArgument, "%v", err)
+		}
+	}
+	return nil
 }
 
 // registerPeer records a server's gRPC address in the node registry, so

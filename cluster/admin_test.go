@@ -83,3 +83,30 @@ func TestServerHealth_LagAndContact(t *testing.T) {
 func nodeInfoAt(last, term uint64, lastContactMs int64) *NodeInfo {
 	return &NodeInfo{LastIndex: last, Term: term, LastContactMs: lastContactMs, State: raft.Follower}
 }
+
+// Addresses nobody can reach never enter the configuration or the registry.
+func TestValidateAddresses(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		raft, grpc string
+		ok         bool
+	}{
+		{"10.0.0.4:7000", "10.0.0.4:9000", true},
+		{"cohort-3.cohort.default.svc:7000", "", true},
+		{"[fd00::4]:7000", "localhost:9000", true},
+		{"", "10.0.0.4:9000", false},
+		{"not-an-address", "", false},
+		{"999.999.999.999:99999", "", false},
+		{"999.999.999.999:7000", "", false},
+		{"10.0.0.4:0", "", false},
+		{"10.0.0.4:70000", "", false},
+		{"0.0.0.0:7000", "", false},
+		{"bad_host!:7000", "", false},
+		{"10.0.0.4:7000", "no-port", false},
+	} {
+		err := validateAddresses("n4", c.raft, c.grpc)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, errcode.ErrInvalidArgument)) {
+			t.Errorf("raft %q grpc %q: %v, want ok=%t (INVALID_ARGUMENT otherwise)", c.raft, c.grpc, err, c.ok)
+		}
+	}
+}

@@ -189,6 +189,9 @@ func (cl *Cluster) Register(ctx context.Context, reg Registration) (uint64, erro
 	case reg.RaftAddress == "":
 		return 0, errcode.Errorf(errcode.InvalidArgument, "raft_address is required")
 	}
+	if err := validateAddresses(reg.NodeID, reg.RaftAddress, reg.GRPCAddress); err != nil {
+		return 0, err
+	}
 	res, err := cl.node.Apply(ctx, registerCommand(reg))
 	if err != nil {
 		return 0, fmt.Errorf("register node %q: %w", reg.NodeID, err)

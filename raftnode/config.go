@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -186,11 +188,42 @@ func ValidateAdvertise(what, addr string) error {
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", what, addr, err)
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || (ip != nil && ip.IsUnspecified()):
 		return fmt.Errorf("%s %q: must name a reachable host, not a wildcard", what, addr)
+	case ip == nil && !validHostName(host):
+		return fmt.Errorf("%s %q: %q is neither an IP address nor a host name", what, addr, host)
 	}
-	if port == "0" {
-		return fmt.Errorf("%s %q: port 0 cannot be advertised", what, addr)
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%s %q: port %q is not in 1..65535", what, addr, port)
 	}
 	return nil
+}
+
+// validHostName reports whether h is a DNS host name: dot-separated labels
+// of letters, digits and inner hyphens, at most 63 bytes each and 253 in
+// all, and not all digits (that would be a malformed IP address such as
+// 999.999.999.999).
+func validHostName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	digitsOnly := true
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			switch {
+			case r >= '0' && r <= '9':
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-':
+				digitsOnly = false
+			default:
+				return false
+			}
+		}
+	}
+	return !digitsOnly
 }
