@@ -15,7 +15,6 @@ import (
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -124,18 +123,9 @@ func (n *Node) open() error {
 	hlog := newHCLogAdapter(cfg.Logger.With("node_id", n.id), "raft")
 
 	dbPath := filepath.Join(cfg.DataDir, "raft", "raft.db")
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: dbPath,
-		// As Vault does: no freelist sync (faster commits, the freelist is
-		// rebuilt on open) and the map freelist (fast with large free lists).
-		BoltOptions: &bbolt.Options{
-			Timeout:        boltOpenTimeout,
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
+	store, err := openLogStore(dbPath)
 	if err != nil {
-		return fmt.Errorf("open raft log store %s (is another cohortd using this data dir?): %w", dbPath, err)
+		return err
 	}
 	n.store = store
 

@@ -10,8 +10,6 @@ import (
 
 	"github.com/cohortlabs/cohort/fsm"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // RecoverAsSingleNode rewrites the Raft configuration in a stopped node's
@@ -36,12 +34,9 @@ func RecoverAsSingleNode(dataDir, raftAddr string, log *slog.Logger) (nodeID str
 	if _, err := os.Stat(dbPath); err != nil {
 		return "", fmt.Errorf("no raft state in %s: %w", dataDir, err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        dbPath,
-		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
+	store, err := openLogStore(dbPath)
 	if err != nil {
-		return "", fmt.Errorf("open %s (stop cohortd first): %w", dbPath, err)
+		return "", fmt.Errorf("%w (stop cohortd first)", err)
 	}
 	defer store.Close()
 	hlog := newHCLogAdapter(log, "raft")
