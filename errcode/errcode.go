@@ -54,6 +54,9 @@ const (
 	LastVoter             Code = 24
 	ConfigurationConflict Code = 25
 	AutopilotManaged      Code = 26
+
+	// A replicated budget refused growth of the state.
+	BudgetExceeded Code = 27
 )
 
 // Unknown is what Of says of a non-nil error that carries no protocol code
@@ -124,6 +127,8 @@ var (
 	ErrLastVoter             = &Error{LastVoter, "LAST_VOTER", false, "The last voter can never be removed or demoted."}
 	ErrConfigurationConflict = &Error{ConfigurationConflict, "CONFIGURATION_CONFLICT", false, "The request contradicts the Raft configuration (an ID at another address, an address of another ID, a non-voter as leader)."}
 	ErrAutopilotManaged      = &Error{AutopilotManaged, "AUTOPILOT_MANAGED", false, "Autopilot manages suffrage and would undo the change: disable autopilot first."}
+
+	ErrBudgetExceeded = &Error{BudgetExceeded, "BUDGET_EXCEEDED", false, "The change would take the cluster's state past a budget (topics, partitions, groups, members, metadata, offsets or state bytes); the message names it. Free room or raise the budget."}
 )
 
 // errs is the table of codes, indexed by Code; None has no Error.
@@ -155,6 +160,7 @@ var errs = [...]*Error{
 	LastVoter:                 ErrLastVoter,
 	ConfigurationConflict:     ErrConfigurationConflict,
 	AutopilotManaged:          ErrAutopilotManaged,
+	BudgetExceeded:            ErrBudgetExceeded,
 }
 
 // Codes returns every protocol code, NONE first, in numeric order.

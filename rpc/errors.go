@@ -27,7 +27,7 @@ func grpcCode(c errcode.Code) codes.Code {
 		return codes.NotFound
 	case errcode.TopicAlreadyExists:
 		return codes.AlreadyExists
-	case errcode.GroupMaxSizeReached:
+	case errcode.GroupMaxSizeReached, errcode.BudgetExceeded:
 		return codes.ResourceExhausted
 	case errcode.NotLeader, errcode.CoordinatorNotAvailable, errcode.NotCoordinator:
 		// A leadership change in transit: clients resend elsewhere.

@@ -148,6 +148,7 @@ func TestGRPCCode_EveryProtocolCode(t *testing.T) {
 		errcode.LastVoter:                 codes.FailedPrecondition,
 		errcode.ConfigurationConflict:     codes.FailedPrecondition,
 		errcode.AutopilotManaged:          codes.FailedPrecondition,
+		errcode.BudgetExceeded:            codes.ResourceExhausted,
 	}
 	for _, c := range errcode.Codes()[1:] {
 		w, ok := want[c]

@@ -43,6 +43,7 @@ var table = [...]struct {
 	{errcode.LastVoter, cohortv1.ErrorCode_ERROR_CODE_LAST_VOTER},
 	{errcode.ConfigurationConflict, cohortv1.ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT},
 	{errcode.AutopilotManaged, cohortv1.ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED},
+	{errcode.BudgetExceeded, cohortv1.ErrorCode_ERROR_CODE_BUDGET_EXCEEDED},
 }
 
 // ToEnum returns the API enum value of c; false for Unknown and numbers

@@ -54,6 +54,7 @@ const (
 	ErrorCode_ERROR_CODE_LAST_VOTER             ErrorCode = 24
 	ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT ErrorCode = 25
 	ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED      ErrorCode = 26
+	ErrorCode_ERROR_CODE_BUDGET_EXCEEDED        ErrorCode = 27
 )
 
 // Enum value maps for ErrorCode.
@@ -86,6 +87,7 @@ var (
 		24: "ERROR_CODE_LAST_VOTER",
 		25: "ERROR_CODE_CONFIGURATION_CONFLICT",
 		26: "ERROR_CODE_AUTOPILOT_MANAGED",
+		27: "ERROR_CODE_BUDGET_EXCEEDED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_NONE":                        0,
@@ -115,6 +117,7 @@ var (
 		"ERROR_CODE_LAST_VOTER":                  24,
 		"ERROR_CODE_CONFIGURATION_CONFLICT":      25,
 		"ERROR_CODE_AUTOPILOT_MANAGED":           26,
+		"ERROR_CODE_BUDGET_EXCEEDED":             27,
 	}
 )
 
@@ -2714,7 +2717,7 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
 	"partitions\"\x17\n" +
-	"\x15AddPartitionsResponse*\xa4\a\n" +
+	"\x15AddPartitionsResponse*\xc4\a\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -2743,7 +2746,8 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x19ERROR_CODE_QUORUM_AT_RISK\x10\x17\x12\x19\n" +
 	"\x15ERROR_CODE_LAST_VOTER\x10\x18\x12%\n" +
 	"!ERROR_CODE_CONFIGURATION_CONFLICT\x10\x19\x12 \n" +
-	"\x1cERROR_CODE_AUTOPILOT_MANAGED\x10\x1a2\xc7\x05\n" +
+	"\x1cERROR_CODE_AUTOPILOT_MANAGED\x10\x1a\x12\x1e\n" +
+	"\x1aERROR_CODE_BUDGET_EXCEEDED\x10\x1b2\xc7\x05\n" +
 	"\x10GroupCoordinator\x12F\n" +
 	"\tJoinGroup\x12\x1b.cohort.v1.JoinGroupRequest\x1a\x1c.cohort.v1.JoinGroupResponse\x12F\n" +
 	"\tSyncGroup\x12\x1b.cohort.v1.SyncGroupRequest\x1a\x1c.cohort.v1.SyncGroupResponse\x12F\n" +

@@ -139,6 +139,10 @@ type Command struct {
 	// The leader's wall-clock time in milliseconds since the Unix epoch when it
 	// proposed the command. The FSM uses it instead of a clock.
 	TimestampMs int64 `protobuf:"varint,1,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	// The rules the command was written under. 0 is a command from before
+	// budgets: it is applied as it was then, so old logs replay unchanged.
+	// From 1 on, the replicated budgets (SetBudgets) are enforced.
+	Version uint32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*Command_JoinMember
@@ -153,6 +157,7 @@ type Command struct {
 	//	*Command_AddPartitions
 	//	*Command_RegisterNode
 	//	*Command_Batch
+	//	*Command_SetBudgets
 	Kind          isCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -191,6 +196,13 @@ func (*Command) Descriptor() ([]byte, []int) {
 func (x *Command) GetTimestampMs() int64 {
 	if x != nil {
 		return x.TimestampMs
+	}
+	return 0
+}
+
+func (x *Command) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -310,6 +322,15 @@ func (x *Command) GetBatch() *Batch {
 	return nil
 }
 
+func (x *Command) GetSetBudgets() *SetBudgets {
+	if x != nil {
+		if x, ok := x.Kind.(*Command_SetBudgets); ok {
+			return x.SetBudgets
+		}
+	}
+	return nil
+}
+
 type isCommand_Kind interface {
 	isCommand_Kind()
 }
@@ -362,6 +383,10 @@ type Command_Batch struct {
 	Batch *Batch `protobuf:"bytes,21,opt,name=batch,proto3,oneof"`
 }
 
+type Command_SetBudgets struct {
+	SetBudgets *SetBudgets `protobuf:"bytes,22,opt,name=set_budgets,json=setBudgets,proto3,oneof"`
+}
+
 func (*Command_JoinMember) isCommand_Kind() {}
 
 func (*Command_CompleteJoin) isCommand_Kind() {}
@@ -386,6 +411,173 @@ func (*Command_RegisterNode) isCommand_Kind() {}
 
 func (*Command_Batch) isCommand_Kind() {}
 
+func (*Command_SetBudgets) isCommand_Kind() {}
+
+// Budgets bound the replicated state; every replica enforces the same ones
+// because they are part of the state. A zero field is no budget.
+type Budgets struct {
+	state                        protoimpl.MessageState `protogen:"open.v1"`
+	Topics                       int64                  `protobuf:"varint,1,opt,name=topics,proto3" json:"topics,omitempty"`
+	PartitionsPerTopic           int64                  `protobuf:"varint,2,opt,name=partitions_per_topic,json=partitionsPerTopic,proto3" json:"partitions_per_topic,omitempty"`
+	Partitions                   int64                  `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Groups                       int64                  `protobuf:"varint,4,opt,name=groups,proto3" json:"groups,omitempty"`
+	MembersPerGroup              int64                  `protobuf:"varint,5,opt,name=members_per_group,json=membersPerGroup,proto3" json:"members_per_group,omitempty"`
+	SubscribedPartitionsPerGroup int64                  `protobuf:"varint,6,opt,name=subscribed_partitions_per_group,json=subscribedPartitionsPerGroup,proto3" json:"subscribed_partitions_per_group,omitempty"`
+	MetadataBytesPerGroup        int64                  `protobuf:"varint,7,opt,name=metadata_bytes_per_group,json=metadataBytesPerGroup,proto3" json:"metadata_bytes_per_group,omitempty"`
+	OffsetsPerGroup              int64                  `protobuf:"varint,8,opt,name=offsets_per_group,json=offsetsPerGroup,proto3" json:"offsets_per_group,omitempty"`
+	StateBytes                   int64                  `protobuf:"varint,9,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
+	Nodes                        int64                  `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields                protoimpl.UnknownFields
+	sizeCache                    protoimpl.SizeCache
+}
+
+func (x *Budgets) Reset() {
+	*x = Budgets{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budgets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budgets) ProtoMessage() {}
+
+func (x *Budgets) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budgets.ProtoReflect.Descriptor instead.
+func (*Budgets) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Budgets) GetTopics() int64 {
+	if x != nil {
+		return x.Topics
+	}
+	return 0
+}
+
+func (x *Budgets) GetPartitionsPerTopic() int64 {
+	if x != nil {
+		return x.PartitionsPerTopic
+	}
+	return 0
+}
+
+func (x *Budgets) GetPartitions() int64 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *Budgets) GetGroups() int64 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *Budgets) GetMembersPerGroup() int64 {
+	if x != nil {
+		return x.MembersPerGroup
+	}
+	return 0
+}
+
+func (x *Budgets) GetSubscribedPartitionsPerGroup() int64 {
+	if x != nil {
+		return x.SubscribedPartitionsPerGroup
+	}
+	return 0
+}
+
+func (x *Budgets) GetMetadataBytesPerGroup() int64 {
+	if x != nil {
+		return x.MetadataBytesPerGroup
+	}
+	return 0
+}
+
+func (x *Budgets) GetOffsetsPerGroup() int64 {
+	if x != nil {
+		return x.OffsetsPerGroup
+	}
+	return 0
+}
+
+func (x *Budgets) GetStateBytes() int64 {
+	if x != nil {
+		return x.StateBytes
+	}
+	return 0
+}
+
+func (x *Budgets) GetNodes() int64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+// SetBudgets replaces the budgets. The leader proposes it when it takes
+// office and its configured budgets differ from the state's. Lowering a
+// budget below what is used removes nothing: it only refuses growth.
+type SetBudgets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Budgets       *Budgets               `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBudgets) Reset() {
+	*x = SetBudgets{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBudgets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBudgets) ProtoMessage() {}
+
+func (x *SetBudgets) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBudgets.ProtoReflect.Descriptor instead.
+func (*SetBudgets) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetBudgets) GetBudgets() *Budgets {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
 // Batch is several commands in one log entry, applied in order with the
 // batch's timestamp: the leader coalesces concurrent offset commits into one
 // entry. A batch may not contain a batch.
@@ -398,7 +590,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +602,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[1]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +615,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -444,7 +636,7 @@ type Protocol struct {
 
 func (x *Protocol) Reset() {
 	*x = Protocol{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +648,7 @@ func (x *Protocol) String() string {
 func (*Protocol) ProtoMessage() {}
 
 func (x *Protocol) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[2]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +661,7 @@ func (x *Protocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Protocol.ProtoReflect.Descriptor instead.
 func (*Protocol) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Protocol) GetName() string {
@@ -505,7 +697,7 @@ type MemberSpec struct {
 
 func (x *MemberSpec) Reset() {
 	*x = MemberSpec{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +709,7 @@ func (x *MemberSpec) String() string {
 func (*MemberSpec) ProtoMessage() {}
 
 func (x *MemberSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[3]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +722,7 @@ func (x *MemberSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSpec.ProtoReflect.Descriptor instead.
 func (*MemberSpec) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MemberSpec) GetMemberId() string {
@@ -608,7 +800,7 @@ type JoinMember struct {
 
 func (x *JoinMember) Reset() {
 	*x = JoinMember{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +812,7 @@ func (x *JoinMember) String() string {
 func (*JoinMember) ProtoMessage() {}
 
 func (x *JoinMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[4]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +825,7 @@ func (x *JoinMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinMember.ProtoReflect.Descriptor instead.
 func (*JoinMember) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinMember) GetGroupId() string {
@@ -688,7 +880,7 @@ type CompleteJoin struct {
 
 func (x *CompleteJoin) Reset() {
 	*x = CompleteJoin{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +892,7 @@ func (x *CompleteJoin) String() string {
 func (*CompleteJoin) ProtoMessage() {}
 
 func (x *CompleteJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +905,7 @@ func (x *CompleteJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJoin.ProtoReflect.Descriptor instead.
 func (*CompleteJoin) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CompleteJoin) GetGroupId() string {
@@ -747,7 +939,7 @@ type TopicPartitions struct {
 
 func (x *TopicPartitions) Reset() {
 	*x = TopicPartitions{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +951,7 @@ func (x *TopicPartitions) String() string {
 func (*TopicPartitions) ProtoMessage() {}
 
 func (x *TopicPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +964,7 @@ func (x *TopicPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartitions.ProtoReflect.Descriptor instead.
 func (*TopicPartitions) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TopicPartitions) GetTopic() string {
@@ -801,7 +993,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1005,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1018,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Assignment) GetTopics() []*TopicPartitions {
@@ -853,7 +1045,7 @@ type MemberAssignment struct {
 
 func (x *MemberAssignment) Reset() {
 	*x = MemberAssignment{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1057,7 @@ func (x *MemberAssignment) String() string {
 func (*MemberAssignment) ProtoMessage() {}
 
 func (x *MemberAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1070,7 @@ func (x *MemberAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAssignment.ProtoReflect.Descriptor instead.
 func (*MemberAssignment) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MemberAssignment) GetMemberId() string {
@@ -908,7 +1100,7 @@ type SyncAssignment struct {
 
 func (x *SyncAssignment) Reset() {
 	*x = SyncAssignment{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1112,7 @@ func (x *SyncAssignment) String() string {
 func (*SyncAssignment) ProtoMessage() {}
 
 func (x *SyncAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1125,7 @@ func (x *SyncAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncAssignment.ProtoReflect.Descriptor instead.
 func (*SyncAssignment) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SyncAssignment) GetGroupId() string {
@@ -974,7 +1166,7 @@ type MemberRef struct {
 
 func (x *MemberRef) Reset() {
 	*x = MemberRef{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1178,7 @@ func (x *MemberRef) String() string {
 func (*MemberRef) ProtoMessage() {}
 
 func (x *MemberRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1191,7 @@ func (x *MemberRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRef.ProtoReflect.Descriptor instead.
 func (*MemberRef) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MemberRef) GetMemberId() string {
@@ -1028,7 +1220,7 @@ type RemoveMembers struct {
 
 func (x *RemoveMembers) Reset() {
 	*x = RemoveMembers{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1232,7 @@ func (x *RemoveMembers) String() string {
 func (*RemoveMembers) ProtoMessage() {}
 
 func (x *RemoveMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1245,7 @@ func (x *RemoveMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMembers.ProtoReflect.Descriptor instead.
 func (*RemoveMembers) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveMembers) GetGroupId() string {
@@ -1089,7 +1281,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1293,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1306,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OffsetCommit) GetTopic() string {
@@ -1160,7 +1352,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1364,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1377,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommitOffsets) GetGroupId() string {
@@ -1233,7 +1425,7 @@ type DeleteGroups struct {
 
 func (x *DeleteGroups) Reset() {
 	*x = DeleteGroups{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1437,7 @@ func (x *DeleteGroups) String() string {
 func (*DeleteGroups) ProtoMessage() {}
 
 func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1450,7 @@ func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroups.ProtoReflect.Descriptor instead.
 func (*DeleteGroups) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteGroups) GetGroupIds() []string {
@@ -1279,7 +1471,7 @@ type ExpireOffsets struct {
 
 func (x *ExpireOffsets) Reset() {
 	*x = ExpireOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1483,7 @@ func (x *ExpireOffsets) String() string {
 func (*ExpireOffsets) ProtoMessage() {}
 
 func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1496,7 @@ func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOffsets.ProtoReflect.Descriptor instead.
 func (*ExpireOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExpireOffsets) GetRetentionMs() int64 {
@@ -1324,7 +1516,7 @@ type CreateTopic struct {
 
 func (x *CreateTopic) Reset() {
 	*x = CreateTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1528,7 @@ func (x *CreateTopic) String() string {
 func (*CreateTopic) ProtoMessage() {}
 
 func (x *CreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1541,7 @@ func (x *CreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopic.ProtoReflect.Descriptor instead.
 func (*CreateTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateTopic) GetName() string {
@@ -1375,7 +1567,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1579,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1592,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1421,7 +1613,7 @@ type AddPartitions struct {
 
 func (x *AddPartitions) Reset() {
 	*x = AddPartitions{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1625,7 @@ func (x *AddPartitions) String() string {
 func (*AddPartitions) ProtoMessage() {}
 
 func (x *AddPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1638,7 @@ func (x *AddPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitions.ProtoReflect.Descriptor instead.
 func (*AddPartitions) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddPartitions) GetName() string {
@@ -1476,7 +1668,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1680,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1693,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterNode) GetNodeId() string {
@@ -1534,7 +1726,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1738,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1751,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1583,7 +1775,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1787,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1800,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Member) GetSpec() *MemberSpec {
@@ -1665,7 +1857,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1869,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1882,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Group) GetGroupId() string {
@@ -1785,7 +1977,7 @@ type OffsetRecord struct {
 
 func (x *OffsetRecord) Reset() {
 	*x = OffsetRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1989,7 @@ func (x *OffsetRecord) String() string {
 func (*OffsetRecord) ProtoMessage() {}
 
 func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2002,7 @@ func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetRecord.ProtoReflect.Descriptor instead.
 func (*OffsetRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OffsetRecord) GetGroupId() string {
@@ -1872,7 +2064,7 @@ type Topic struct {
 
 func (x *Topic) Reset() {
 	*x = Topic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2076,7 @@ func (x *Topic) String() string {
 func (*Topic) ProtoMessage() {}
 
 func (x *Topic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2089,7 @@ func (x *Topic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Topic.ProtoReflect.Descriptor instead.
 func (*Topic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Topic) GetName() string {
@@ -1925,7 +2117,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2129,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2142,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Node) GetNodeId() string {
@@ -1982,6 +2174,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Topic
 	//	*SnapshotRecord_Group
 	//	*SnapshotRecord_Offset
+	//	*SnapshotRecord_Budgets
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1989,7 +2182,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2194,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2207,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotRecord) GetKind() isSnapshotRecord_Kind {
@@ -2060,6 +2253,15 @@ func (x *SnapshotRecord) GetOffset() *OffsetRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetBudgets() *Budgets {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_Budgets); ok {
+			return x.Budgets
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Kind interface {
 	isSnapshotRecord_Kind()
 }
@@ -2080,6 +2282,10 @@ type SnapshotRecord_Offset struct {
 	Offset *OffsetRecord `protobuf:"bytes,4,opt,name=offset,proto3,oneof"`
 }
 
+type SnapshotRecord_Budgets struct {
+	Budgets *Budgets `protobuf:"bytes,5,opt,name=budgets,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Topic) isSnapshotRecord_Kind() {}
@@ -2087,6 +2293,8 @@ func (*SnapshotRecord_Topic) isSnapshotRecord_Kind() {}
 func (*SnapshotRecord_Group) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Offset) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_Budgets) isSnapshotRecord_Kind() {}
 
 type SnapshotTrailer struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2102,7 +2310,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2322,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2335,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotTrailer) GetNodes() uint64 {
@@ -2169,9 +2377,10 @@ var File_cohort_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xd4\x06\n" +
+	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xac\a\n" +
 	"\aCommand\x12!\n" +
-	"\ftimestamp_ms\x18\x01 \x01(\x03R\vtimestampMs\x12<\n" +
+	"\ftimestamp_ms\x18\x01 \x01(\x03R\vtimestampMs\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\x12<\n" +
 	"\vjoin_member\x18\n" +
 	" \x01(\v2\x19.cohort.fsm.v1.JoinMemberH\x00R\n" +
 	"joinMember\x12B\n" +
@@ -2185,8 +2394,28 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fdelete_topic\x18\x12 \x01(\v2\x1a.cohort.fsm.v1.DeleteTopicH\x00R\vdeleteTopic\x12E\n" +
 	"\x0eadd_partitions\x18\x13 \x01(\v2\x1c.cohort.fsm.v1.AddPartitionsH\x00R\raddPartitions\x12B\n" +
 	"\rregister_node\x18\x14 \x01(\v2\x1b.cohort.fsm.v1.RegisterNodeH\x00R\fregisterNode\x12,\n" +
-	"\x05batch\x18\x15 \x01(\v2\x14.cohort.fsm.v1.BatchH\x00R\x05batchB\x06\n" +
-	"\x04kind\";\n" +
+	"\x05batch\x18\x15 \x01(\v2\x14.cohort.fsm.v1.BatchH\x00R\x05batch\x12<\n" +
+	"\vset_budgets\x18\x16 \x01(\v2\x19.cohort.fsm.v1.SetBudgetsH\x00R\n" +
+	"setBudgetsB\x06\n" +
+	"\x04kind\"\x9a\x03\n" +
+	"\aBudgets\x12\x16\n" +
+	"\x06topics\x18\x01 \x01(\x03R\x06topics\x120\n" +
+	"\x14partitions_per_topic\x18\x02 \x01(\x03R\x12partitionsPerTopic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\x03R\n" +
+	"partitions\x12\x16\n" +
+	"\x06groups\x18\x04 \x01(\x03R\x06groups\x12*\n" +
+	"\x11members_per_group\x18\x05 \x01(\x03R\x0fmembersPerGroup\x12E\n" +
+	"\x1fsubscribed_partitions_per_group\x18\x06 \x01(\x03R\x1csubscribedPartitionsPerGroup\x127\n" +
+	"\x18metadata_bytes_per_group\x18\a \x01(\x03R\x15metadataBytesPerGroup\x12*\n" +
+	"\x11offsets_per_group\x18\b \x01(\x03R\x0foffsetsPerGroup\x12\x1f\n" +
+	"\vstate_bytes\x18\t \x01(\x03R\n" +
+	"stateBytes\x12\x14\n" +
+	"\x05nodes\x18\n" +
+	" \x01(\x03R\x05nodes\">\n" +
+	"\n" +
+	"SetBudgets\x120\n" +
+	"\abudgets\x18\x01 \x01(\v2\x16.cohort.fsm.v1.BudgetsR\abudgets\";\n" +
 	"\x05Batch\x122\n" +
 	"\bcommands\x18\x01 \x03(\v2\x16.cohort.fsm.v1.CommandR\bcommands\":\n" +
 	"\bProtocol\x12\x12\n" +
@@ -2325,12 +2554,13 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
-	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\"\xd6\x01\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\"\x8a\x02\n" +
 	"\x0eSnapshotRecord\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.cohort.fsm.v1.NodeH\x00R\x04node\x12,\n" +
 	"\x05topic\x18\x02 \x01(\v2\x14.cohort.fsm.v1.TopicH\x00R\x05topic\x12,\n" +
 	"\x05group\x18\x03 \x01(\v2\x14.cohort.fsm.v1.GroupH\x00R\x05group\x125\n" +
-	"\x06offset\x18\x04 \x01(\v2\x1b.cohort.fsm.v1.OffsetRecordH\x00R\x06offsetB\x06\n" +
+	"\x06offset\x18\x04 \x01(\v2\x1b.cohort.fsm.v1.OffsetRecordH\x00R\x06offset\x122\n" +
+	"\abudgets\x18\x05 \x01(\v2\x16.cohort.fsm.v1.BudgetsH\x00R\abudgetsB\x06\n" +
 	"\x04kind\"\x89\x01\n" +
 	"\x0fSnapshotTrailer\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x16\n" +
@@ -2364,74 +2594,79 @@ func file_cohort_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_cohort_fsm_v1_fsm_proto_goTypes = []any{
 	(RemoveReason)(0),        // 0: cohort.fsm.v1.RemoveReason
 	(GroupState)(0),          // 1: cohort.fsm.v1.GroupState
 	(*Command)(nil),          // 2: cohort.fsm.v1.Command
-	(*Batch)(nil),            // 3: cohort.fsm.v1.Batch
-	(*Protocol)(nil),         // 4: cohort.fsm.v1.Protocol
-	(*MemberSpec)(nil),       // 5: cohort.fsm.v1.MemberSpec
-	(*JoinMember)(nil),       // 6: cohort.fsm.v1.JoinMember
-	(*CompleteJoin)(nil),     // 7: cohort.fsm.v1.CompleteJoin
-	(*TopicPartitions)(nil),  // 8: cohort.fsm.v1.TopicPartitions
-	(*Assignment)(nil),       // 9: cohort.fsm.v1.Assignment
-	(*MemberAssignment)(nil), // 10: cohort.fsm.v1.MemberAssignment
-	(*SyncAssignment)(nil),   // 11: cohort.fsm.v1.SyncAssignment
-	(*MemberRef)(nil),        // 12: cohort.fsm.v1.MemberRef
-	(*RemoveMembers)(nil),    // 13: cohort.fsm.v1.RemoveMembers
-	(*OffsetCommit)(nil),     // 14: cohort.fsm.v1.OffsetCommit
-	(*CommitOffsets)(nil),    // 15: cohort.fsm.v1.CommitOffsets
-	(*DeleteGroups)(nil),     // 16: cohort.fsm.v1.DeleteGroups
-	(*ExpireOffsets)(nil),    // 17: cohort.fsm.v1.ExpireOffsets
-	(*CreateTopic)(nil),      // 18: cohort.fsm.v1.CreateTopic
-	(*DeleteTopic)(nil),      // 19: cohort.fsm.v1.DeleteTopic
-	(*AddPartitions)(nil),    // 20: cohort.fsm.v1.AddPartitions
-	(*RegisterNode)(nil),     // 21: cohort.fsm.v1.RegisterNode
-	(*SnapshotHeader)(nil),   // 22: cohort.fsm.v1.SnapshotHeader
-	(*Member)(nil),           // 23: cohort.fsm.v1.Member
-	(*Group)(nil),            // 24: cohort.fsm.v1.Group
-	(*OffsetRecord)(nil),     // 25: cohort.fsm.v1.OffsetRecord
-	(*Topic)(nil),            // 26: cohort.fsm.v1.Topic
-	(*Node)(nil),             // 27: cohort.fsm.v1.Node
-	(*SnapshotRecord)(nil),   // 28: cohort.fsm.v1.SnapshotRecord
-	(*SnapshotTrailer)(nil),  // 29: cohort.fsm.v1.SnapshotTrailer
+	(*Budgets)(nil),          // 3: cohort.fsm.v1.Budgets
+	(*SetBudgets)(nil),       // 4: cohort.fsm.v1.SetBudgets
+	(*Batch)(nil),            // 5: cohort.fsm.v1.Batch
+	(*Protocol)(nil),         // 6: cohort.fsm.v1.Protocol
+	(*MemberSpec)(nil),       // 7: cohort.fsm.v1.MemberSpec
+	(*JoinMember)(nil),       // 8: cohort.fsm.v1.JoinMember
+	(*CompleteJoin)(nil),     // 9: cohort.fsm.v1.CompleteJoin
+	(*TopicPartitions)(nil),  // 10: cohort.fsm.v1.TopicPartitions
+	(*Assignment)(nil),       // 11: cohort.fsm.v1.Assignment
+	(*MemberAssignment)(nil), // 12: cohort.fsm.v1.MemberAssignment
+	(*SyncAssignment)(nil),   // 13: cohort.fsm.v1.SyncAssignment
+	(*MemberRef)(nil),        // 14: cohort.fsm.v1.MemberRef
+	(*RemoveMembers)(nil),    // 15: cohort.fsm.v1.RemoveMembers
+	(*OffsetCommit)(nil),     // 16: cohort.fsm.v1.OffsetCommit
+	(*CommitOffsets)(nil),    // 17: cohort.fsm.v1.CommitOffsets
+	(*DeleteGroups)(nil),     // 18: cohort.fsm.v1.DeleteGroups
+	(*ExpireOffsets)(nil),    // 19: cohort.fsm.v1.ExpireOffsets
+	(*CreateTopic)(nil),      // 20: cohort.fsm.v1.CreateTopic
+	(*DeleteTopic)(nil),      // 21: cohort.fsm.v1.DeleteTopic
+	(*AddPartitions)(nil),    // 22: cohort.fsm.v1.AddPartitions
+	(*RegisterNode)(nil),     // 23: cohort.fsm.v1.RegisterNode
+	(*SnapshotHeader)(nil),   // 24: cohort.fsm.v1.SnapshotHeader
+	(*Member)(nil),           // 25: cohort.fsm.v1.Member
+	(*Group)(nil),            // 26: cohort.fsm.v1.Group
+	(*OffsetRecord)(nil),     // 27: cohort.fsm.v1.OffsetRecord
+	(*Topic)(nil),            // 28: cohort.fsm.v1.Topic
+	(*Node)(nil),             // 29: cohort.fsm.v1.Node
+	(*SnapshotRecord)(nil),   // 30: cohort.fsm.v1.SnapshotRecord
+	(*SnapshotTrailer)(nil),  // 31: cohort.fsm.v1.SnapshotTrailer
 }
 var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
-	6,  // 0: cohort.fsm.v1.Command.join_member:type_name -> cohort.fsm.v1.JoinMember
-	7,  // 1: cohort.fsm.v1.Command.complete_join:type_name -> cohort.fsm.v1.CompleteJoin
-	11, // 2: cohort.fsm.v1.Command.sync_assignment:type_name -> cohort.fsm.v1.SyncAssignment
-	13, // 3: cohort.fsm.v1.Command.remove_members:type_name -> cohort.fsm.v1.RemoveMembers
-	15, // 4: cohort.fsm.v1.Command.commit_offsets:type_name -> cohort.fsm.v1.CommitOffsets
-	16, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
-	17, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
-	18, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
-	19, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
-	20, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
-	21, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
-	3,  // 11: cohort.fsm.v1.Command.batch:type_name -> cohort.fsm.v1.Batch
-	2,  // 12: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
-	4,  // 13: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
-	5,  // 14: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
-	8,  // 15: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
-	9,  // 16: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
-	10, // 17: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
-	12, // 18: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
-	0,  // 19: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
-	14, // 20: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
-	5,  // 21: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
-	9,  // 22: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
-	1,  // 23: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
-	23, // 24: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
-	27, // 25: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
-	26, // 26: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
-	24, // 27: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
-	25, // 28: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	8,  // 0: cohort.fsm.v1.Command.join_member:type_name -> cohort.fsm.v1.JoinMember
+	9,  // 1: cohort.fsm.v1.Command.complete_join:type_name -> cohort.fsm.v1.CompleteJoin
+	13, // 2: cohort.fsm.v1.Command.sync_assignment:type_name -> cohort.fsm.v1.SyncAssignment
+	15, // 3: cohort.fsm.v1.Command.remove_members:type_name -> cohort.fsm.v1.RemoveMembers
+	17, // 4: cohort.fsm.v1.Command.commit_offsets:type_name -> cohort.fsm.v1.CommitOffsets
+	18, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
+	19, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
+	20, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
+	21, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
+	22, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
+	23, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
+	5,  // 11: cohort.fsm.v1.Command.batch:type_name -> cohort.fsm.v1.Batch
+	4,  // 12: cohort.fsm.v1.Command.set_budgets:type_name -> cohort.fsm.v1.SetBudgets
+	3,  // 13: cohort.fsm.v1.SetBudgets.budgets:type_name -> cohort.fsm.v1.Budgets
+	2,  // 14: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
+	6,  // 15: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
+	7,  // 16: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
+	10, // 17: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
+	11, // 18: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
+	12, // 19: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
+	14, // 20: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
+	0,  // 21: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
+	16, // 22: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
+	7,  // 23: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
+	11, // 24: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
+	1,  // 25: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
+	25, // 26: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
+	29, // 27: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
+	28, // 28: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
+	26, // 29: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
+	27, // 30: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
+	3,  // 31: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_cohort_fsm_v1_fsm_proto_init() }
@@ -2452,12 +2687,14 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 		(*Command_AddPartitions)(nil),
 		(*Command_RegisterNode)(nil),
 		(*Command_Batch)(nil),
+		(*Command_SetBudgets)(nil),
 	}
-	file_cohort_fsm_v1_fsm_proto_msgTypes[26].OneofWrappers = []any{
+	file_cohort_fsm_v1_fsm_proto_msgTypes[28].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Group)(nil),
 		(*SnapshotRecord_Offset)(nil),
+		(*SnapshotRecord_Budgets)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2465,7 +2702,7 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_fsm_v1_fsm_proto_rawDesc), len(file_cohort_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
