@@ -15,7 +15,11 @@ const (
 // apply applies one command. Every path that refuses a command returns
 // before changing anything.
 func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
-	defer func() { s.epoch++ }() // freeze every group this command touched
+	defer func() {
+		s.settleSizes()
+		s.epoch++ // freeze every group this command touched
+	}()
+	s.rules = cmd.GetVersion()
 	now := cmd.GetTimestampMs()
 	switch c := cmd.GetKind().(type) {
 	case *fsmv1.Command_JoinMember:
@@ -41,7 +45,9 @@ func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
 	case *fsmv1.Command_RegisterNode:
 		return s.registerNode(c.RegisterNode)
 	case *fsmv1.Command_Batch:
-		return s.batch(now, c.Batch)
+		return s.batch(now, cmd.GetVersion(), c.Batch)
+	case *fsmv1.Command_SetBudgets:
+		return s.setBudgets(c.SetBudgets)
 	case nil:
 		return fail(errcode.Errorf(errcode.InvalidArgument, "command has no kind"))
 	default:
@@ -57,7 +63,7 @@ const MaxBatch = 4096
 // batch applies each command in order with the batch's timestamp. Each has
 // its own result; one refused command does not stop the others, since they
 // are independent requests that happen to share an entry.
-func (s *State) batch(now int64, b *fsmv1.Batch) *ApplyResult {
+func (s *State) batch(now int64, version uint32, b *fsmv1.Batch) *ApplyResult {
 	cmds := b.GetCommands()
 	switch {
 	case len(cmds) == 0:
@@ -72,7 +78,7 @@ func (s *State) batch(now int64, b *fsmv1.Batch) *ApplyResult {
 	}
 	res := &ApplyResult{Batch: make([]*ApplyResult, len(cmds))}
 	for i, c := range cmds {
-		res.Batch[i] = s.apply(&fsmv1.Command{TimestampMs: now, Kind: c.GetKind()})
+		res.Batch[i] = s.apply(&fsmv1.Command{TimestampMs: now, Version: version, Kind: c.GetKind()})
 	}
 	return res
 }

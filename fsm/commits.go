@@ -9,12 +9,17 @@ import (
 	"github.com/cohortlabs/cohort/offsets"
 )
 
-func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
+// admitCommit validates a CommitOffsets against the state and the budgets,
+// changing nothing: commitOffsets' first half, and the leader's pre-check.
+// A refusal of the whole commit is in the result's Err; otherwise the
+// result holds each partition's outcome and accepted counts those without
+// an error.
+func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted int) {
 	if err := checkName("group_id", c.GetGroupId()); err != nil {
-		return fail(err)
+		return fail(err), 0
 	}
 	if len(c.GetOffsets()) == 0 {
-		return fail(errcode.Errorf(errcode.InvalidArgument, "commit names no offsets"))
+		return fail(errcode.Errorf(errcode.InvalidArgument, "commit names no offsets")), 0
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	standalone := c.GetGeneration() == -1 && c.GetMemberId() == ""
@@ -22,31 +27,30 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 	switch {
 	case standalone:
 		if exists && len(g.Members) > 0 {
-			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q has members (%s, generation %d); a standalone commit needs an empty group", g.ID, g.State, g.Generation))
+			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q has members (%s, generation %d); a standalone commit needs an empty group", g.ID, g.State, g.Generation)), 0
 		}
 	case c.GetMemberId() == "":
-		return fail(errcode.Errorf(errcode.UnknownMemberID, "commit at generation %d names no member", c.GetGeneration()))
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "commit at generation %d names no member", c.GetGeneration())), 0
 	case !exists:
-		return fail(errcode.Errorf(errcode.UnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId())), 0
 	default:
 		m, ok := g.Member(c.GetMemberId())
 		if !ok {
-			return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID))
+			return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID)), 0
 		}
 		if c.GetInstanceId() != "" && m.InstanceID != c.GetInstanceId() {
-			return fail(errcode.Errorf(errcode.FencedInstanceID, "member %q has instance_id %q, commit says %q", m.ID, m.InstanceID, c.GetInstanceId()))
+			return fail(errcode.Errorf(errcode.FencedInstanceID, "member %q has instance_id %q, commit says %q", m.ID, m.InstanceID, c.GetInstanceId())), 0
 		}
 		if c.GetGeneration() != g.Generation {
-			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q is at generation %d, commit names %d", g.ID, g.Generation, c.GetGeneration()))
+			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q is at generation %d, commit names %d", g.ID, g.Generation, c.GetGeneration())), 0
 		}
 		if g.State == CompletingRebalance {
-			return fail(errcode.Errorf(errcode.RebalanceInProgress, "group %q is waiting for generation %d's assignment", g.ID, g.Generation))
+			return fail(errcode.Errorf(errcode.RebalanceInProgress, "group %q is waiting for generation %d's assignment", g.ID, g.Generation)), 0
 		}
 		member = m
 	}
 
-	res := &ApplyResult{Partitions: make([]PartitionResult, len(c.GetOffsets()))}
-	accepted := 0
+	res = &ApplyResult{Group: g, Partitions: make([]PartitionResult, len(c.GetOffsets()))}
 	for i, o := range c.GetOffsets() {
 		r := PartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
 		r.Err = s.checkCommit(member, o)
@@ -56,18 +60,30 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 		res.Partitions[i] = r
 	}
 	if accepted == 0 {
-		res.Group = g
+		return res, 0
+	}
+	if err := s.checkCommitGrowth(c.GetGroupId(), exists, c, res.Partitions); err != nil {
+		return fail(err), 0
+	}
+	return res, accepted
+}
+
+func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
+	res, accepted := s.admitCommit(c)
+	if res.Err != nil || accepted == 0 {
 		return res
 	}
+	g, exists := s.groups[c.GetGroupId()]
 	if !exists {
 		g = &Group{ID: c.GetGroupId(), State: Empty, epoch: s.epoch, StateChangedMs: now}
 		s.groups[g.ID] = g
+		s.touch(g)
 	}
 	for i, o := range c.GetOffsets() {
 		if res.Partitions[i].Err != nil {
 			continue
 		}
-		s.offsets.Put(g.ID, offsets.Key{Topic: o.GetTopic(), Partition: o.GetPartition()}, offsets.Value{
+		s.offsets.Put(g.ID, offsetKey(o), offsets.Value{
 			Offset:            o.GetOffset(),
 			Metadata:          o.GetMetadata(),
 			CommitTimestampMs: now,
@@ -108,7 +124,7 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 		case len(g.Members) > 0:
 			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "group %q has %d members (%s)", id, len(g.Members), g.State)
 		default:
-			delete(s.groups, id)
+			s.dropGroup(id)
 			s.offsets.DeleteGroup(id)
 		}
 		res.Groups[i] = r
@@ -129,8 +145,17 @@ func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
 			return offsets.Expired(v, g.StateChangedMs, now, c.GetRetentionMs())
 		})
 		if s.offsets.GroupLen(id) == 0 && now-g.StateChangedMs >= c.GetRetentionMs() {
-			delete(s.groups, id)
+			s.dropGroup(id)
 		}
 	}
 	return &ApplyResult{}
+}
+
+func offsetKey(o *fsmv1.OffsetCommit) offsets.Key {
+	return offsets.Key{Topic: o.GetTopic(), Partition: o.GetPartition()}
+}
+
+// offsetBytes is a new offset's share of the state's size estimate.
+func offsetBytes(topic, metadata string) int64 {
+	return offsets.EntryBytes(offsets.Key{Topic: topic}, offsets.Value{Metadata: metadata})
 }

@@ -61,38 +61,66 @@ func sameProtocols(a, b *Member) bool {
 	}) && slices.Equal(a.Topics, b.Topics)
 }
 
-func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
+// joinAdmission is what joinMember decides before it changes anything.
+type joinAdmission struct {
+	g      *Group // the group; a new one (not in the state) when !exists
+	exists bool
+	m      *Member // the member as the command describes it
+	// old is m's earlier self when known; replaced is the static member m
+	// takes the place of.
+	old, replaced *Member
+	known         bool
+}
+
+// admitJoin validates a JoinMember against the state and the budgets,
+// changing nothing: joinMember's first half, and the leader's pre-check.
+func (s *State) admitJoin(now int64, c *fsmv1.JoinMember) (joinAdmission, *errcode.ProtocolError) {
+	var a joinAdmission
 	if err := checkName("group_id", c.GetGroupId()); err != nil {
-		return fail(err)
+		return a, err
 	}
 	m, perr := memberFromSpec(c.GetMember())
 	if perr == nil {
 		perr = checkServerJoin(c.GetProtocolType(), m)
 	}
 	if perr != nil {
-		return fail(perr)
+		return a, perr
 	}
 	if c.GetInitialRebalanceDelayMs() < 0 {
-		return fail(errcode.Errorf(errcode.InvalidArgument, "initial_rebalance_delay_ms %d is negative", c.GetInitialRebalanceDelayMs()))
+		return a, errcode.Errorf(errcode.InvalidArgument, "initial_rebalance_delay_ms %d is negative", c.GetInitialRebalanceDelayMs())
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	if !exists {
 		g = &Group{ID: c.GetGroupId(), State: Empty, epoch: s.epoch, StateChangedMs: now}
 	}
-
-	old, known, replaced, perr := identifyCaller(g, m, c.GetNewMember())
+	a = joinAdmission{g: g, exists: exists, m: m}
+	a.old, a.known, a.replaced, perr = identifyCaller(g, m, c.GetNewMember())
 	if perr == nil {
-		perr = checkCompatible(g, m, replaced, c.GetProtocolType())
+		perr = checkCompatible(g, m, a.replaced, c.GetProtocolType())
 	}
+	if perr == nil {
+		prev := a.old
+		if a.replaced != nil {
+			prev = a.replaced
+		}
+		perr = s.checkJoinGrowth(g, exists, c.GetProtocolType(), prev, m)
+	}
+	return a, perr
+}
+
+func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
+	a, perr := s.admitJoin(now, c)
 	if perr != nil {
 		return fail(perr)
 	}
+	g, exists, m, old, known, replaced := a.g, a.exists, a.m, a.old, a.known, a.replaced
 
 	// From here on the command is accepted: change a private copy.
 	if exists {
 		g, _ = s.mutableGroup(g.ID)
 	} else {
 		s.groups[g.ID] = g
+		s.touch(g)
 	}
 	if g.ProtocolType != c.GetProtocolType() && (g.State == Stable || g.State == CompletingRebalance) {
 		// Only a sole member can switch the type, and the type decides who

@@ -51,7 +51,16 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 		return rapid.SliceOfNDistinct(rapid.SampledFrom(propTopics), 0, 3, rapid.ID[string]).Draw(rt, "topics")
 	}
 	var k isKind
-	switch rapid.IntRange(0, 13).Draw(rt, "kind") {
+	switch rapid.IntRange(0, 14).Draw(rt, "kind") {
+	case 14:
+		// Small budgets, so that commands hit them.
+		b := Budgets{}
+		for _, fld := range BudgetFields() {
+			*fld.Value(&b) = int64(rapid.IntRange(0, 40).Draw(rt, fld.Name)) * int64(rapid.SampledFrom([]int{1, 1, 100}).Draw(rt, fld.Name+"Scale"))
+		}
+		cmd := SetBudgetsCommand(b)
+		cmd.TimestampMs = now
+		return cmd
 	case 0:
 		k = createTopic{rapid.SampledFrom(propTopics).Draw(rt, "topic"), int32(rapid.IntRange(0, 4).Draw(rt, "partitions"))}
 	case 1:
@@ -153,7 +162,12 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 	default:
 		k = expire(int64(rapid.IntRange(1, 5000).Draw(rt, "retention")))
 	}
-	return at(now, k)
+	cmd := at(now, k)
+	// Mostly commands under today's rules; some written before budgets.
+	if rapid.IntRange(0, 4).Draw(rt, "current") > 0 {
+		cmd.Version = CommandVersion
+	}
+	return cmd
 }
 
 // genServerMetadata draws a server-side member's metadata: none, bytes that
@@ -183,6 +197,45 @@ func genServerMetadata(rt *rapid.T) string {
 func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *ApplyResult, preBytes, postBytes []byte) {
 	if res.Err != nil && !bytes.Equal(preBytes, postBytes) {
 		rt.Fatalf("refused command %v (%v) changed the state", cmd, res.Err)
+	}
+	// The size estimate kept command by command is the one measured afresh.
+	fresh := post.clone()
+	fresh.measureAll()
+	if fresh.bytes() != post.bytes() || fresh.partitions != post.partitions {
+		rt.Fatalf("after %v: incremental size %d bytes, %d partitions; measured afresh %d, %d", cmd, post.bytes(), post.partitions, fresh.bytes(), fresh.partitions)
+	}
+	for id, g := range post.groups {
+		if z := fresh.measure(g); z != g.size {
+			rt.Fatalf("after %v: group %s cached size %+v, measured %+v", cmd, id, g.size, z)
+		}
+	}
+	// Growth under today's rules never passes a budget that was set. (A
+	// server-side plan, computed when a join round closes, is bounded by
+	// the subscribed-partitions budget instead: it may not fail.)
+	checked := false
+	switch cmd.GetKind().(type) {
+	case *fsmv1.Command_CreateTopic, *fsmv1.Command_AddPartitions, *fsmv1.Command_SyncAssignment,
+		*fsmv1.Command_CommitOffsets, *fsmv1.Command_RegisterNode:
+		checked = true
+	case *fsmv1.Command_JoinMember:
+		checked = res.ServerAssignment == nil
+	}
+	if checked && cmd.GetVersion() >= 1 && res.Err == nil {
+		b, u := post.budgets, post.usage()
+		for _, f := range []struct {
+			name        string
+			limit, used int64
+			pre         int64
+		}{
+			{"topics", b.Topics, u.Topics, int64(len(pre.topics))},
+			{"partitions", b.Partitions, u.Partitions, pre.partitions},
+			{"groups", b.Groups, u.Groups, int64(len(pre.groups))},
+			{"state-bytes", b.StateBytes, u.StateBytes, pre.bytes()},
+		} {
+			if f.limit > 0 && f.used > f.limit && f.used > f.pre {
+				rt.Fatalf("after %v: %s grew from %d to %d, over the budget of %d", cmd, f.name, f.pre, f.used, f.limit)
+			}
+		}
 	}
 	members := 0
 	for id, g := range post.groups {

@@ -49,6 +49,9 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	enc.put(&fsmv1.SnapshotHeader{FormatVersion: SnapshotFormatVersion})
 	var tr fsmv1.SnapshotTrailer
 	st := s.state
+	if st.budgets != (Budgets{}) {
+		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Budgets{Budgets: st.budgets.Proto()}})
+	}
 	for _, n := range st.sortedNodes() {
 		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Node{Node: &fsmv1.Node{NodeId: n.ID, GrpcAddress: n.GRPCAddress, RaftAddress: n.RaftAddress}}})
 		tr.Nodes++
@@ -129,6 +132,7 @@ func ReadSnapshot(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("restore snapshot: trailer counts (%d nodes, %d topics, %d groups, %d offsets) differ from the records read (%d, %d, %d, %d)",
 			tr.GetNodes(), tr.GetTopics(), tr.GetGroups(), tr.GetOffsets(), counts.Nodes, counts.Topics, counts.Groups, counts.Offsets)
 	}
+	st.measureAll()
 	return st, nil
 }
 
@@ -157,6 +161,8 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 		s.groups[g.ID] = g
 		s.members += len(g.Members)
 		counts.Groups++
+	case *fsmv1.SnapshotRecord_Budgets:
+		s.budgets = budgetsFromProto(k.Budgets)
 	case *fsmv1.SnapshotRecord_Offset:
 		o := k.Offset
 		if o.GetGroupId() == "" || o.GetTopic() == "" {

@@ -147,6 +147,8 @@ type Group struct {
 	NextJoinSeq    int64
 
 	epoch uint64
+	// size is cached at the end of every command that changed the group.
+	size groupSize
 }
 
 // Member returns the member with the given ID.
@@ -273,6 +275,16 @@ type State struct {
 	// differs is frozen and is copied before it is changed.
 	epoch   uint64
 	members int
+
+	// budgets are the replicated budgets; rules is the version of the
+	// command being applied (budgets hold from version 1 on).
+	budgets Budgets
+	rules   uint32
+	// The size estimate's parts (see budgets.go), and the partitions of
+	// all topics.
+	partitions, topicBytes, nodeBytes, groupBytes int64
+	// touched are the groups the command being applied changed.
+	touched []*Group
 }
 
 // NewState returns an empty state.
@@ -295,6 +307,9 @@ func (s *State) clone() *State {
 		nodes:   maps.Clone(s.nodes),
 		epoch:   s.epoch + 1<<63,
 		members: s.members,
+		budgets: s.budgets,
+
+		partitions: s.partitions, topicBytes: s.topicBytes, nodeBytes: s.nodeBytes, groupBytes: s.groupBytes,
 	}
 }
 
@@ -307,6 +322,7 @@ func (s *State) mutableGroup(id string) (*Group, bool) {
 	if g.epoch != s.epoch {
 		g = g.clone(s.epoch)
 		s.groups[id] = g
+		s.touch(g)
 	}
 	return g, true
 }

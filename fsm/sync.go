@@ -32,6 +32,9 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 		return fail(errcode.Errorf(errcode.InvalidAssignment, "member %q is not the leader of group %q (the leader is %q)", c.GetMemberId(), g.ID, g.LeaderID))
 	}
 	plan, perr := s.validatePlan(g, c.GetAssignments())
+	if perr == nil {
+		perr = s.checkPlanGrowth(g, plan)
+	}
 	if perr != nil {
 		return fail(perr)
 	}

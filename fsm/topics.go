@@ -8,45 +8,70 @@ import (
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
-func (s *State) createTopic(c *fsmv1.CreateTopic) *ApplyResult {
+// admitCreateTopic validates a CreateTopic, changing nothing; retry
+// reports a create that already happened.
+func (s *State) admitCreateTopic(c *fsmv1.CreateTopic) (retry bool, err *errcode.ProtocolError) {
 	if err := checkName("topic name", c.GetName()); err != nil {
-		return fail(err)
+		return false, err
 	}
 	if c.GetPartitions() <= 0 || c.GetPartitions() > MaxTopicPartitions {
-		return fail(errcode.Errorf(errcode.InvalidPartitions, "topic %q: %d partitions is outside 1..%d", c.GetName(), c.GetPartitions(), MaxTopicPartitions))
+		return false, errcode.Errorf(errcode.InvalidPartitions, "topic %q: %d partitions is outside 1..%d", c.GetName(), c.GetPartitions(), MaxTopicPartitions)
 	}
 	if n, ok := s.topics[c.GetName()]; ok {
 		if n == c.GetPartitions() {
-			return &ApplyResult{} // a retried create
+			return true, nil
 		}
-		return fail(errcode.Errorf(errcode.TopicAlreadyExists, "topic %q exists with %d partitions", c.GetName(), n))
+		return false, errcode.Errorf(errcode.TopicAlreadyExists, "topic %q exists with %d partitions", c.GetName(), n)
+	}
+	return false, s.checkTopicGrowth(c.GetName(), 0, c.GetPartitions())
+}
+
+func (s *State) createTopic(c *fsmv1.CreateTopic) *ApplyResult {
+	if retry, err := s.admitCreateTopic(c); err != nil || retry {
+		return &ApplyResult{Err: errOrNil(err)}
 	}
 	s.topics[c.GetName()] = c.GetPartitions()
+	s.partitions += int64(c.GetPartitions())
+	s.topicBytes += topicBytes(c.GetName())
 	return &ApplyResult{}
 }
 
 func (s *State) deleteTopic(now int64, c *fsmv1.DeleteTopic) *ApplyResult {
-	if _, ok := s.topics[c.GetName()]; !ok {
+	n, ok := s.topics[c.GetName()]
+	if !ok {
 		return fail(errcode.Errorf(errcode.UnknownTopicOrPartition, "topic %q does not exist", c.GetName()))
 	}
 	delete(s.topics, c.GetName())
+	s.partitions -= int64(n)
+	s.topicBytes -= topicBytes(c.GetName())
 	s.offsets.DeleteTopic(c.GetName())
 	s.rebalanceSubscribers(now, c.GetName())
 	return &ApplyResult{}
 }
 
-func (s *State) addPartitions(now int64, c *fsmv1.AddPartitions) *ApplyResult {
+// admitAddPartitions validates an AddPartitions, changing nothing; retry
+// reports an add that already happened.
+func (s *State) admitAddPartitions(c *fsmv1.AddPartitions) (retry bool, err *errcode.ProtocolError) {
 	n, ok := s.topics[c.GetName()]
 	if !ok {
-		return fail(errcode.Errorf(errcode.UnknownTopicOrPartition, "topic %q does not exist", c.GetName()))
+		return false, errcode.Errorf(errcode.UnknownTopicOrPartition, "topic %q does not exist", c.GetName())
 	}
 	switch {
 	case c.GetPartitions() == n:
-		return &ApplyResult{} // a retried add
+		return true, nil
 	case c.GetPartitions() < n || c.GetPartitions() > MaxTopicPartitions:
-		return fail(errcode.Errorf(errcode.InvalidPartitions, "topic %q has %d partitions; the new count %d must be larger and at most %d", c.GetName(), n, c.GetPartitions(), MaxTopicPartitions))
+		return false, errcode.Errorf(errcode.InvalidPartitions, "topic %q has %d partitions; the new count %d must be larger and at most %d", c.GetName(), n, c.GetPartitions(), MaxTopicPartitions)
 	}
+	return false, s.checkTopicGrowth(c.GetName(), n, c.GetPartitions())
+}
+
+func (s *State) addPartitions(now int64, c *fsmv1.AddPartitions) *ApplyResult {
+	if retry, err := s.admitAddPartitions(c); err != nil || retry {
+		return &ApplyResult{Err: errOrNil(err)}
+	}
+	n := s.topics[c.GetName()]
 	s.topics[c.GetName()] = c.GetPartitions()
+	s.partitions += int64(c.GetPartitions() - n)
 	s.rebalanceSubscribers(now, c.GetName())
 	return &ApplyResult{}
 }
@@ -74,6 +99,14 @@ func (s *State) registerNode(c *fsmv1.RegisterNode) *ApplyResult {
 	if err := checkName("grpc_address", c.GetGrpcAddress()); err != nil {
 		return fail(err)
 	}
-	s.nodes[c.GetNodeId()] = Node{ID: c.GetNodeId(), GRPCAddress: c.GetGrpcAddress(), RaftAddress: c.GetRaftAddress()}
+	n := Node{ID: c.GetNodeId(), GRPCAddress: c.GetGrpcAddress(), RaftAddress: c.GetRaftAddress()}
+	if err := s.checkNodeGrowth(n); err != nil {
+		return fail(err)
+	}
+	if old, ok := s.nodes[n.ID]; ok {
+		s.nodeBytes -= nodeBytes(old)
+	}
+	s.nodes[n.ID] = n
+	s.nodeBytes += nodeBytes(n)
 	return &ApplyResult{}
 }

@@ -53,6 +53,7 @@ type Entry struct {
 type groupTable struct {
 	entries map[Key]Value
 	epoch   uint64
+	bytes   int64
 }
 
 // Table is the committed-offset table of all groups.
@@ -60,7 +61,19 @@ type Table struct {
 	groups map[string]*groupTable
 	epoch  uint64
 	count  int
+	bytes  int64
 }
+
+// entryOverhead stands for the map entry and the key and value structs.
+const entryOverhead = 64
+
+// EntryBytes is one offset's share of the state's size estimate.
+func EntryBytes(k Key, v Value) int64 {
+	return entryOverhead + int64(len(k.Topic)+len(v.Metadata))
+}
+
+// Bytes is the table's size estimate: the sum of EntryBytes.
+func (t *Table) Bytes() int64 { return t.bytes }
 
 // New returns an empty table.
 func New() *Table {
@@ -75,7 +88,7 @@ func (t *Table) Len() int { return t.count }
 // table modifies a shared group in place.
 func (t *Table) Clone() *Table {
 	t.epoch++
-	return &Table{groups: maps.Clone(t.groups), epoch: t.epoch + 1<<63, count: t.count}
+	return &Table{groups: maps.Clone(t.groups), epoch: t.epoch + 1<<63, count: t.count, bytes: t.bytes}
 }
 
 // writable returns group's table, copying it first if it is shared.
@@ -86,7 +99,7 @@ func (t *Table) writable(group string) *groupTable {
 		gt = &groupTable{entries: map[Key]Value{}, epoch: t.epoch}
 		t.groups[group] = gt
 	case gt.epoch != t.epoch:
-		gt = &groupTable{entries: maps.Clone(gt.entries), epoch: t.epoch}
+		gt = &groupTable{entries: maps.Clone(gt.entries), epoch: t.epoch, bytes: gt.bytes}
 		t.groups[group] = gt
 	}
 	return gt
@@ -105,10 +118,15 @@ func (t *Table) Get(group string, key Key) (Value, bool) {
 // Put stores a committed offset.
 func (t *Table) Put(group string, key Key, v Value) {
 	gt := t.writable(group)
-	if _, ok := gt.entries[key]; !ok {
+	grow := EntryBytes(key, v)
+	if old, ok := gt.entries[key]; ok {
+		grow -= EntryBytes(key, old)
+	} else {
 		t.count++
 	}
 	gt.entries[key] = v
+	gt.bytes += grow
+	t.bytes += grow
 }
 
 // Group returns the offsets of one group sorted by key.
@@ -141,6 +159,7 @@ func (t *Table) DeleteGroup(group string) int {
 	n := len(gt.entries)
 	delete(t.groups, group)
 	t.count -= n
+	t.bytes -= gt.bytes
 	return n
 }
 
@@ -201,9 +220,13 @@ func (t *Table) remove(group string, gt *groupTable, doomed []Key) {
 		return
 	case len(doomed) == len(gt.entries):
 		delete(t.groups, group)
+		t.bytes -= gt.bytes
 	default:
 		gt = t.writable(group)
 		for _, k := range doomed {
+			shrink := EntryBytes(k, gt.entries[k])
+			gt.bytes -= shrink
+			t.bytes -= shrink
 			delete(gt.entries, k)
 		}
 	}

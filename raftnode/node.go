@@ -232,7 +232,8 @@ func (n *Node) Collector() *Collector { return newCollector(n) }
 
 // Apply proposes cmd through Raft and returns the FSM's result once the
 // entry is committed and applied on this node. It sets cmd.TimestampMs to
-// the leader's wall clock when it is 0 (it modifies cmd).
+// the leader's wall clock when it is 0, and cmd.Version to
+// fsm.CommandVersion (it modifies cmd).
 //
 // Errors: ErrNotLeader (not proposed; send it to the leader),
 // ErrLeadershipLost (outcome unknown; retry on the new leader), ErrShutdown,
@@ -243,6 +244,9 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult,
 	start := time.Now()
 	if cmd.GetTimestampMs() == 0 {
 		cmd.TimestampMs = start.UnixMilli()
+	}
+	if cmd.GetVersion() == 0 {
+		cmd.Version = fsm.CommandVersion
 	}
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
