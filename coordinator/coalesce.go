@@ -6,6 +6,7 @@ import (
 
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // Commit coalescing. Offset commits are the hot write path: many members
@@ -20,13 +21,17 @@ const (
 	// commitProposers is how many batches may be in flight at once, so Raft
 	// can pipeline entries instead of waiting a round trip between batches.
 	commitProposers = 4
-	// maxCommitBatch bounds one entry (and so one apply's pause).
-	maxCommitBatch = 512
+	// maxCommitBatch and maxCommitBatchBytes bound one entry (and so one
+	// apply's pause, and what every replica writes at once). A commit
+	// larger than the byte bound goes out alone.
+	maxCommitBatch      = 512
+	maxCommitBatchBytes = 4 << 20
 )
 
 type commitRequest struct {
 	ctx  context.Context
 	cmd  *fsmv1.Command
+	size int // encoded size of cmd
 	done chan commitResult
 }
 
@@ -52,7 +57,7 @@ func (c *committer) start() {
 // submit proposes cmd (a CommitOffsets) in a batch and waits for its result.
 func (c *committer) submit(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
 	c.start()
-	req := &commitRequest{ctx: ctx, cmd: cmd, done: make(chan commitResult, 1)}
+	req := &commitRequest{ctx: ctx, cmd: cmd, size: proto.Size(cmd), done: make(chan commitResult, 1)}
 	select {
 	case c.queue <- req:
 	case <-ctx.Done():
@@ -69,13 +74,29 @@ func (c *committer) submit(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyR
 }
 
 func (c *committer) run() {
-	for first := range c.queue {
-		batch := []*commitRequest{first}
+	var next *commitRequest // taken from the queue but over the last batch's bytes
+	for {
+		first := next
+		if first == nil {
+			var ok bool
+			if first, ok = <-c.queue; !ok {
+				return
+			}
+		}
+		next = nil
+		batch, size := []*commitRequest{first}, first.size
 	drain:
 		for len(batch) < maxCommitBatch {
 			select {
-			case r := <-c.queue:
-				batch = append(batch, r)
+			case r, ok := <-c.queue:
+				if !ok {
+					break drain
+				}
+				if size+r.size > maxCommitBatchBytes {
+					next = r
+					break drain
+				}
+				batch, size = append(batch, r), size+r.size
 			default:
 				break drain
 			}

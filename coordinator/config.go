@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
 )
 
 // Limits bound what one request may carry; each is checked before anything
@@ -18,10 +20,8 @@ type Limits struct {
 	MaxProtocols           int
 	MaxMetadataBytes       int
 	MaxAssignmentBytes     int
-	MaxMembersPerGroup     int
 	MaxTopicsPerMember     int
 	MaxTopicNameBytes      int
-	MaxPartitionsPerTopic  int32
 	MaxOffsetsPerCommit    int
 	MaxOffsetMetadataBytes int
 }
@@ -37,10 +37,8 @@ func DefaultLimits() Limits {
 		MaxProtocols:           16,
 		MaxMetadataBytes:       64 << 10,
 		MaxAssignmentBytes:     1 << 20,
-		MaxMembersPerGroup:     10000,
 		MaxTopicsPerMember:     10000,
 		MaxTopicNameBytes:      249, // Kafka's limit
-		MaxPartitionsPerTopic:  1 << 16,
 		MaxOffsetsPerCommit:    100000,
 		MaxOffsetMetadataBytes: 4096, // Kafka's offset.metadata.max.bytes
 	}
@@ -59,10 +57,8 @@ func (l Limits) Validate() error {
 		{"MaxProtocols", l.MaxProtocols},
 		{"MaxMetadataBytes", l.MaxMetadataBytes},
 		{"MaxAssignmentBytes", l.MaxAssignmentBytes},
-		{"MaxMembersPerGroup", l.MaxMembersPerGroup},
 		{"MaxTopicsPerMember", l.MaxTopicsPerMember},
 		{"MaxTopicNameBytes", l.MaxTopicNameBytes},
-		{"MaxPartitionsPerTopic", int(l.MaxPartitionsPerTopic)},
 		{"MaxOffsetsPerCommit", l.MaxOffsetsPerCommit},
 		{"MaxOffsetMetadataBytes", l.MaxOffsetMetadataBytes},
 	} {
@@ -109,6 +105,17 @@ type Config struct {
 	OffsetsRetentionCheckInterval time.Duration
 	// Limits bound one request (default DefaultLimits).
 	Limits Limits
+	// Budgets bound the replicated state (default fsm.DefaultBudgets). They
+	// are replicated: a leader whose budgets differ from the state's
+	// proposes its own when it takes office, and every replica enforces
+	// the state's.
+	Budgets fsm.Budgets
+	// MaxPendingMembers bounds the member IDs handed out by
+	// MEMBER_ID_REQUIRED and not yet used to join, over all groups (default
+	// 100,000; each costs about 200 bytes of the leader's memory until the
+	// member joins or its session timeout passes). Past it a new dynamic
+	// member is answered COORDINATOR_NOT_AVAILABLE, which clients retry.
+	MaxPendingMembers int
 	// Logger receives the engine's events (default slog.Default()).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now; tests may replace it).
@@ -127,6 +134,8 @@ func DefaultConfig() Config {
 		OffsetsRetention:              7 * 24 * time.Hour,
 		OffsetsRetentionCheckInterval: 10 * time.Minute,
 		Limits:                        DefaultLimits(),
+		Budgets:                       fsm.DefaultBudgets(),
+		MaxPendingMembers:             100_000,
 		Logger:                        slog.Default(),
 		Now:                           time.Now,
 	}
@@ -149,6 +158,11 @@ func (c Config) Validate() error {
 		return errors.New("coordinator: Logger is nil (start from DefaultConfig)")
 	case c.Now == nil:
 		return errors.New("coordinator: Now is nil (start from DefaultConfig)")
+	case c.MaxPendingMembers <= 0:
+		return fmt.Errorf("coordinator: MaxPendingMembers %d must be positive", c.MaxPendingMembers)
+	}
+	if err := c.Budgets.Validate(); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
 	}
 	return c.Limits.Validate()
 }

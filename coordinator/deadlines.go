@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
@@ -81,9 +82,44 @@ func (e *Engine) tick(ctx context.Context, epoch uint64) {
 func (e *Engine) prunePendingLocked(now time.Time) {
 	for k, at := range e.pending {
 		if now.After(at) {
-			delete(e.pending, k)
+			e.forgetPendingLocked(k)
 		}
 	}
+}
+
+// forgetPendingLocked drops a pending member ID.
+func (e *Engine) forgetPendingLocked(k memberKey) {
+	if _, ok := e.pending[k]; !ok {
+		return
+	}
+	delete(e.pending, k)
+	if e.pendingPerGroup[k.group]--; e.pendingPerGroup[k.group] <= 0 {
+		delete(e.pendingPerGroup, k.group)
+	}
+}
+
+// checkRoomFor decides whether a new dynamic member of group (g: the group,
+// nil when it does not exist) may get a pending member ID: the group's
+// members and pending IDs together stay within the members-per-group
+// budget, and the leader's pending IDs within MaxPendingMembers.
+func (e *Engine) checkRoomFor(group string, g *fsm.Group) error {
+	limit := e.fsm.Budgets().MembersPerGroup
+	if limit <= 0 {
+		limit = e.cfg.Budgets.MembersPerGroup
+	}
+	members := 0
+	if g != nil {
+		members = len(g.Members)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.pending) >= e.cfg.MaxPendingMembers {
+		return errcode.Errorf(errcode.CoordinatorNotAvailable, "%d member IDs are handed out and not yet used to join, the most this leader keeps: retry later", len(e.pending))
+	}
+	if n := int64(members + e.pendingPerGroup[group]); n >= limit {
+		return errcode.Errorf(errcode.GroupMaxSizeReached, "budget members-per-group: group %q has %d members and %d new ones about to join, the budget is %d", group, members, e.pendingPerGroup[group], limit)
+	}
+	return nil
 }
 
 // sessionExpiry is one group's members whose sessions passed.

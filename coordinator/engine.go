@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -54,11 +55,13 @@ type Engine struct {
 	serving bool
 	ready   chan struct{} // closed once serving in the current epoch
 	// Leader-local state, rebuilt from the FSM on every leadership gain.
-	sessions   map[memberKey]time.Time
-	pending    map[memberKey]time.Time
-	rebalances map[string]*rebalanceTimer
-	waiters    map[string][]*waiter
-	expiring   map[memberKey]bool
+	sessions map[memberKey]time.Time
+	pending  map[memberKey]time.Time
+	// pendingPerGroup counts pending's keys by group.
+	pendingPerGroup map[string]int
+	rebalances      map[string]*rebalanceTimer
+	waiters         map[string][]*waiter
+	expiring        map[memberKey]bool
 
 	reads   readBarrier
 	commits *committer
@@ -86,6 +89,7 @@ func New(cfg Config, r Raft, f *fsm.FSM) (*Engine, error) {
 func (e *Engine) resetLocked() {
 	e.sessions = map[memberKey]time.Time{}
 	e.pending = map[memberKey]time.Time{}
+	e.pendingPerGroup = map[string]int{}
 	e.rebalances = map[string]*rebalanceTimer{}
 	e.waiters = map[string][]*waiter{}
 	e.expiring = map[memberKey]bool{}
@@ -136,6 +140,9 @@ func (e *Engine) stepUp(ctx context.Context) {
 			}
 			e.log.Warn("leadership barrier failed; retrying", "err", err)
 		}
+		if !e.adoptBudgets(ctx, epoch) {
+			return
+		}
 		e.mu.Lock()
 		if e.epoch != epoch {
 			e.mu.Unlock()
@@ -154,6 +161,33 @@ func (e *Engine) stepUp(ctx context.Context) {
 		e.log.Info("coordinator serving", "groups", len(groups), "barrier", e.cfg.Now().Sub(start))
 		e.tickLoop(ctx, epoch)
 	}()
+}
+
+// adoptBudgets makes the configured budgets the cluster's, if the state
+// holds others, before the leader serves: a leader enforces the budgets it
+// was started with, and every replica the same ones. It reports false when
+// the epoch ended first.
+func (e *Engine) adoptBudgets(ctx context.Context, epoch uint64) bool {
+	for {
+		if e.fsm.Budgets() == e.cfg.Budgets {
+			return true
+		}
+		actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
+		res, err := e.propose(actx, fsm.SetBudgetsCommand(e.cfg.Budgets))
+		cancel()
+		if err == nil && res.Err == nil {
+			e.log.Info("budgets set", "budgets", fmt.Sprintf("%+v", e.cfg.Budgets))
+			return true
+		}
+		if err == nil {
+			err = res.Err
+		}
+		if ctx.Err() != nil || !e.inEpoch(epoch) || !e.raft.IsLeader() {
+			return false
+		}
+		e.log.Warn("setting the budgets failed; retrying", "err", err)
+		time.Sleep(e.cfg.Tick)
+	}
 }
 
 // stepDown ends the epoch: every parked call is answered NOT_LEADER.

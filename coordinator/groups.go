@@ -52,11 +52,6 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	known := false
 	if exists {
 		_, known = g.Member(memberID)
-		if !known && len(g.Members) >= e.cfg.Limits.MaxMembersPerGroup {
-			if _, static := g.MemberByInstance(r.GetInstanceId()); !static {
-				return nil, errcode.Errorf(errcode.GroupMaxSizeReached, "group %q has %d members, the configured maximum", g.ID, len(g.Members))
-			}
-		}
 		if len(g.Members) > 0 && g.ProtocolType != r.GetProtocolType() && !(known && len(g.Members) == 1) {
 			return nil, errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q uses protocol type %q, the request says %q", g.ID, g.ProtocolType, r.GetProtocolType())
 		}
@@ -67,9 +62,13 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 		// takes its old slot (KIP-345).
 		memberID, newMember = newMemberID(r.GetClientId(), e.cfg.Limits.MaxMemberIDBytes), true
 	case memberID == "":
+		if err := e.checkRoomFor(r.GetGroupId(), g); err != nil {
+			return nil, err
+		}
 		memberID = newMemberID(r.GetClientId(), e.cfg.Limits.MaxMemberIDBytes)
 		e.mu.Lock()
 		e.pending[memberKey{r.GetGroupId(), memberID}] = e.cfg.Now().Add(session)
+		e.pendingPerGroup[r.GetGroupId()]++
 		e.mu.Unlock()
 		return nil, &MemberIDRequiredError{
 			ProtocolError: errcode.Errorf(errcode.MemberIDRequired, "join again with member_id %q", memberID),
@@ -92,7 +91,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	for _, p := range r.GetProtocols() {
 		spec.Protocols = append(spec.Protocols, &fsmv1.Protocol{Name: p.GetName(), Metadata: p.GetMetadata()})
 	}
-	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_JoinMember{JoinMember: &fsmv1.JoinMember{
+	res, err := e.proposeAdmitted(ctx, &fsmv1.Command{Kind: &fsmv1.Command_JoinMember{JoinMember: &fsmv1.JoinMember{
 		GroupId: r.GetGroupId(), ProtocolType: r.GetProtocolType(), Member: spec, NewMember: newMember,
 		InitialRebalanceDelayMs: int32(e.cfg.InitialRebalanceDelay.Milliseconds()),
 	}}})
@@ -104,7 +103,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	}
 	if newMember {
 		e.mu.Lock()
-		delete(e.pending, memberKey{r.GetGroupId(), r.GetMemberId()})
+		e.forgetPendingLocked(memberKey{r.GetGroupId(), r.GetMemberId()})
 		e.mu.Unlock()
 	}
 	g = res.Group
@@ -169,7 +168,7 @@ func joinResponse(g *fsm.Group, memberID string, f *fsm.FSM) *cohortv1.JoinGroup
 // SyncGroup commits the group leader's plan or waits for it, and answers the
 // caller's assignment.
 func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*cohortv1.SyncGroupResponse, error) {
-	if err := e.cfg.Limits.validateSync(r); err != nil {
+	if err := e.cfg.Limits.validateSync(r, e.cfg.Budgets.MembersPerGroup); err != nil {
 		return nil, err
 	}
 	if err := e.awaitServing(ctx); err != nil {
@@ -319,7 +318,7 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 	for _, o := range r.GetOffsets() {
 		cmd.Offsets = append(cmd.Offsets, &fsmv1.OffsetCommit{Topic: o.GetTopic(), Partition: o.GetPartition(), Offset: o.GetOffset(), Metadata: o.GetMetadata()})
 	}
-	res, err := e.commits.submit(ctx, &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: cmd}})
+	res, err := e.commitAdmitted(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -341,6 +340,44 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 		e.refresh(res.Group, r.GetMemberId()) // a committing member is alive
 	}
 	return resp, nil
+}
+
+// commitAdmitted asks the FSM first (fsm.Admit) and proposes only the
+// offsets it would accept: a commit refused as a whole, and every refused
+// partition, is answered without reaching the log. The result has one
+// partition outcome per offset of cmd, in order.
+func (e *Engine) commitAdmitted(ctx context.Context, cmd *fsmv1.CommitOffsets) (*fsm.ApplyResult, error) {
+	full := &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: cmd}}
+	pre := e.fsm.Admit(full)
+	if pre.Err != nil {
+		e.m.refusedBeforeLog.Inc()
+		return pre, nil
+	}
+	kept := &fsmv1.CommitOffsets{GroupId: cmd.GetGroupId(), Generation: cmd.GetGeneration(), MemberId: cmd.GetMemberId(), InstanceId: cmd.GetInstanceId()}
+	var at []int // index in cmd of each offset kept
+	for i, p := range pre.Partitions {
+		if p.Err == nil {
+			kept.Offsets = append(kept.Offsets, cmd.GetOffsets()[i])
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		e.m.refusedBeforeLog.Inc()
+		return pre, nil
+	}
+	if len(at) == len(cmd.GetOffsets()) {
+		return e.commits.submit(ctx, full)
+	}
+	res, err := e.commits.submit(ctx, &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: kept}})
+	if err != nil || res.Err != nil {
+		return res, err
+	}
+	merged := *res
+	merged.Partitions = slices.Clone(pre.Partitions)
+	for j, i := range at {
+		merged.Partitions[i] = res.Partitions[j]
+	}
+	return &merged, nil
 }
 
 // DeleteGroups deletes empty groups with their offsets.
@@ -397,7 +434,7 @@ func (e *Engine) proposeSimple(ctx context.Context, cmd *fsmv1.Command) error {
 	if err := e.awaitServing(ctx); err != nil {
 		return err
 	}
-	res, err := e.propose(ctx, cmd)
+	res, err := e.proposeAdmitted(ctx, cmd)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 package coordinator
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/cohortlabs/cohort/fsm"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics of the engine; registered by Collectors.
 type metrics struct {
@@ -12,6 +15,7 @@ type metrics struct {
 	fencedCommits    *prometheus.CounterVec
 	parked           *prometheus.GaugeVec
 	commitBatch      prometheus.Histogram
+	refusedBeforeLog prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -51,11 +55,52 @@ func newMetrics() *metrics {
 			Help:    "Offset commits coalesced into one Raft entry (batches of two or more).",
 			Buckets: prometheus.ExponentialBuckets(2, 2, 9),
 		}),
+		refusedBeforeLog: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cohort", Subsystem: "group", Name: "refused_before_log_total",
+			Help: "Commands the FSM's admission check refused on the leader, so never written to the log.",
+		}),
 	}
+}
+
+// budgetCollector reports each replicated budget and how much of it the
+// state uses (per-group budgets: the largest group's use).
+type budgetCollector struct {
+	f           *fsm.FSM
+	used, limit *prometheus.Desc
+	pending     *prometheus.Desc
+	e           *Engine
+}
+
+func newBudgetCollector(e *Engine) *budgetCollector {
+	return &budgetCollector{
+		f: e.fsm, e: e,
+		used:    prometheus.NewDesc("cohort_budget_used", "How much of a replicated budget the state uses (per-group budgets: the largest group).", []string{"budget"}, nil),
+		limit:   prometheus.NewDesc("cohort_budget_limit", "A replicated budget (0: none set).", []string{"budget"}, nil),
+		pending: prometheus.NewDesc("cohort_group_pending_members", "Member IDs this leader handed out with MEMBER_ID_REQUIRED that are not yet used to join.", nil, nil),
+	}
+}
+
+func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.used
+	ch <- c.limit
+	ch <- c.pending
+}
+
+func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
+	u, b := c.f.Usage()
+	for _, f := range fsm.BudgetFields() {
+		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(*f.Value(&u)), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(*f.Value(&b)), f.Name)
+	}
+	c.e.mu.Lock()
+	n := len(c.e.pending)
+	c.e.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(n))
 }
 
 // Collectors returns the engine's metrics for registration.
 func (e *Engine) Collectors() []prometheus.Collector {
 	m := e.m
-	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.commitBatch}
+	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.commitBatch,
+		m.refusedBeforeLog, newBudgetCollector(e)}
 }

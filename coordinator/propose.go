@@ -28,6 +28,17 @@ func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyRes
 	return res, nil
 }
 
+// proposeAdmitted proposes cmd unless the FSM, asked first (fsm.Admit),
+// refuses it as a whole: a command the apply would refuse is answered
+// without being written to every replica's log.
+func (e *Engine) proposeAdmitted(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	if pre := e.fsm.Admit(cmd); pre != nil && pre.Err != nil {
+		e.m.refusedBeforeLog.Inc()
+		return &fsm.ApplyResult{Err: pre.Err}, nil
+	}
+	return e.propose(ctx, cmd)
+}
+
 // observe brings the leader-local state in line with the FSM after an apply.
 func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 	e.logServerAssignment(res)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -89,7 +90,7 @@ func (l Limits) validateJoin(r *cohortv1.JoinGroupRequest) *errcode.ProtocolErro
 	return nil
 }
 
-func (l Limits) validateSync(r *cohortv1.SyncGroupRequest) *errcode.ProtocolError {
+func (l Limits) validateSync(r *cohortv1.SyncGroupRequest, maxMembers int64) *errcode.ProtocolError {
 	if err := l.checkGroupID(r.GetGroupId()); err != nil {
 		return err
 	}
@@ -99,8 +100,8 @@ func (l Limits) validateSync(r *cohortv1.SyncGroupRequest) *errcode.ProtocolErro
 	if err := l.checkID("instance_id", r.GetInstanceId(), l.MaxInstanceIDBytes, false); err != nil {
 		return err
 	}
-	if len(r.GetAssignments()) > l.MaxMembersPerGroup {
-		return invalid("assignments has %d members, over the limit of %d", len(r.GetAssignments()), l.MaxMembersPerGroup)
+	if int64(len(r.GetAssignments())) > maxMembers {
+		return invalid("assignments has %d members, over the members-per-group budget of %d", len(r.GetAssignments()), maxMembers)
 	}
 	total := 0
 	for i, a := range r.GetAssignments() {
@@ -167,8 +168,9 @@ func (l Limits) validateTopic(name string, partitions int32, needPartitions bool
 	if err := l.checkTopic("name", name); err != nil {
 		return err
 	}
-	if needPartitions && (partitions <= 0 || partitions > l.MaxPartitionsPerTopic) {
-		return invalid("partitions %d is outside 1..%d", partitions, l.MaxPartitionsPerTopic)
+	// The budgets (partitions-per-topic, partitions) are the FSM's.
+	if needPartitions && (partitions <= 0 || partitions > fsm.MaxTopicPartitions) {
+		return invalid("partitions %d is outside 1..%d", partitions, fsm.MaxTopicPartitions)
 	}
 	return nil
 }

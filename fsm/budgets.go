@@ -71,6 +71,7 @@ func DefaultBudgets() Budgets {
 // budgetField names one budget for errors, flags and metrics.
 type budgetField struct {
 	Name  string
+	Help  string
 	Value func(*Budgets) *int64
 }
 
@@ -78,16 +79,16 @@ type budgetField struct {
 // metric labels), in a fixed order.
 func BudgetFields() []budgetField {
 	return []budgetField{
-		{"topics", func(b *Budgets) *int64 { return &b.Topics }},
-		{"partitions-per-topic", func(b *Budgets) *int64 { return &b.PartitionsPerTopic }},
-		{"partitions", func(b *Budgets) *int64 { return &b.Partitions }},
-		{"groups", func(b *Budgets) *int64 { return &b.Groups }},
-		{"members-per-group", func(b *Budgets) *int64 { return &b.MembersPerGroup }},
-		{"subscribed-partitions-per-group", func(b *Budgets) *int64 { return &b.SubscribedPartitionsPerGroup }},
-		{"metadata-bytes-per-group", func(b *Budgets) *int64 { return &b.MetadataBytesPerGroup }},
-		{"offsets-per-group", func(b *Budgets) *int64 { return &b.OffsetsPerGroup }},
-		{"state-bytes", func(b *Budgets) *int64 { return &b.StateBytes }},
-		{"nodes", func(b *Budgets) *int64 { return &b.Nodes }},
+		{"topics", "topics in the cluster", func(b *Budgets) *int64 { return &b.Topics }},
+		{"partitions-per-topic", "partitions one topic may have", func(b *Budgets) *int64 { return &b.PartitionsPerTopic }},
+		{"partitions", "partitions of all topics together", func(b *Budgets) *int64 { return &b.Partitions }},
+		{"groups", "groups in the cluster", func(b *Budgets) *int64 { return &b.Groups }},
+		{"members-per-group", "members a group may have (Kafka's group.max.size)", func(b *Budgets) *int64 { return &b.MembersPerGroup }},
+		{"subscribed-partitions-per-group", "partitions of the topics a group's members subscribe to, together", func(b *Budgets) *int64 { return &b.SubscribedPartitionsPerGroup }},
+		{"metadata-bytes-per-group", "bytes of what a group's members state about themselves (IDs, hosts, protocol metadata, topic names), together", func(b *Budgets) *int64 { return &b.MetadataBytesPerGroup }},
+		{"offsets-per-group", "committed offsets a group may have", func(b *Budgets) *int64 { return &b.OffsetsPerGroup }},
+		{"state-bytes", "estimated bytes of the whole replicated state", func(b *Budgets) *int64 { return &b.StateBytes }},
+		{"nodes", "entries of the node registry", func(b *Budgets) *int64 { return &b.Nodes }},
 	}
 }
 

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,7 @@ func TestNew_CorruptLogStore_ErrorNamesTheFile(t *testing.T) {
 	for name, damage := range map[string]func(b []byte){
 		"meta pages":      func(b []byte) { fill(b[:8192], 0xA5) },
 		"every data page": func(b []byte) { fill(b[2*4096:], 0x5A) },
-		"one data page":   func(b []byte) { fill(b[4*4096:5*4096], 0x5A) },
+		"root page":       damageRootPage,
 		"truncated file":  nil,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -56,4 +57,19 @@ func fill(b []byte, v byte) {
 	for i := range b {
 		b[i] = v
 	}
+}
+
+// damageRootPage overwrites the page holding the root bucket of the newest
+// meta page (bbolt's layout: a 16-byte page header, then the meta fields;
+// root page ID at 32, page size at 24, transaction ID at 64), a page that
+// is always in use, unlike a fixed page number.
+func damageRootPage(b []byte) {
+	le := binary.LittleEndian
+	pageSize := int(le.Uint32(b[24:]))
+	meta := b[:pageSize]
+	if other := b[pageSize : 2*pageSize]; le.Uint64(other[64:]) > le.Uint64(meta[64:]) {
+		meta = other
+	}
+	root := int(le.Uint64(meta[32:]))
+	fill(b[root*pageSize:(root+1)*pageSize], 0x5A)
 }

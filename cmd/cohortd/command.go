@@ -16,6 +16,7 @@ import (
 
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
+	"github.com/cohortlabs/cohort/fsm"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +35,8 @@ type options struct {
 	shutdownTimeout                      time.Duration
 	initialDelay, minSession, maxSession time.Duration
 	offsetsRetention, retentionCheck     time.Duration
-	maxGroupSize                         int
+	budgets                              fsm.Budgets
+	maxPending                           int
 	logLevel, logFormat                  string
 	adminToken                           string
 }
@@ -92,7 +94,15 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
 	f.DurationVar(&o.minSession, "min-session-timeout", cd.MinSessionTimeout, "smallest session timeout a member may ask for")
 	f.DurationVar(&o.maxSession, "max-session-timeout", cd.MaxSessionTimeout, "largest session timeout a member may ask for")
-	f.IntVar(&o.maxGroupSize, "max-group-size", cd.Limits.MaxMembersPerGroup, "members a group may have")
+	f.IntVar(&o.maxPending, "max-pending-members", cd.MaxPendingMembers, "member IDs the leader hands out (MEMBER_ID_REQUIRED) and keeps until used; past it new members are told to retry")
+	o.budgets = cd.Budgets
+	for _, b := range fsm.BudgetFields() {
+		name := "budget-" + b.Name
+		if b.Name == "members-per-group" {
+			name = "max-group-size" // Kafka's name
+		}
+		f.Int64Var(b.Value(&o.budgets), name, *b.Value(&o.budgets), "replicated budget: "+b.Help+" (the leader's value is the cluster's)")
+	}
 	f.DurationVar(&o.offsetsRetention, "offsets-retention", cd.OffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
 	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", cd.OffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
 	f.StringVar(&o.adminToken, "admin-token", "", "require this token (authorization: Bearer <token>) on every admin RPC; set it whenever the gRPC port is reachable from a shared network")
@@ -252,7 +262,8 @@ func (o options) coordinatorConfig(log *slog.Logger) coordinator.Config {
 	c.InitialRebalanceDelay = o.initialDelay
 	c.MinSessionTimeout, c.MaxSessionTimeout = o.minSession, o.maxSession
 	c.OffsetsRetention, c.OffsetsRetentionCheckInterval = o.offsetsRetention, o.retentionCheck
-	c.Limits.MaxMembersPerGroup = o.maxGroupSize
+	c.Budgets = o.budgets
+	c.MaxPendingMembers = o.maxPending
 	c.Logger = log
 	return c
 }
