@@ -1,0 +1,156 @@
+package fsm
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/cohortlabs/cohort/errcode"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// v1 marks a command as written under the budget rules.
+func v1(cmd *fsmv1.Command) *fsmv1.Command {
+	cmd.Version = CommandVersion
+	return cmd
+}
+
+// budgeted is a harness whose state holds b.
+func budgeted(t *testing.T, b Budgets) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.ok(SetBudgetsCommand(b))
+	return h
+}
+
+// wantRefusal checks a budget refusal names the budget, the value and the
+// limit.
+func wantRefusal(t *testing.T, err error, code errcode.Code, parts ...string) {
+	t.Helper()
+	wantCode(t, err, code)
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Fatalf("refusal %q does not say %q", err, p)
+		}
+	}
+}
+
+// allocated is what f allocated on the heap, in bytes.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// The amplification the issue reproduced: a small join for a server-side
+// group over huge topics. Under the default budgets, a join whose group
+// would subscribe to more partitions than the budget is refused before any
+// assignment runs, and the largest join that fits costs a bounded apply.
+func TestBudgets_ServerSideJoinOverHugeTopicsIsRefusedAndBounded(t *testing.T) {
+	b := DefaultBudgets()
+	h := budgeted(t, b)
+	per := int32(b.PartitionsPerTopic)
+	for _, name := range []string{"a", "b", "c"} {
+		h.ok(v1(at(1, createTopic{name, per})))
+	}
+	// At the budget: two topics of 16,384 partitions, 32,768 in all. The
+	// apply that completes the join runs the server-side assignment over
+	// every one of them.
+	fits := join{group: "g", member: "m1", topics: []string{"a", "b"}, protocols: []string{"range"}, protocolType: ServerProtocolType, newMember: true}
+	const bound = 64 << 20
+	var res *ApplyResult
+	if n := allocated(func() { res = h.apply(v1(at(2, fits))) }); n > bound {
+		t.Fatalf("the join at the budget allocated %d bytes, over the bound of %d", n, bound)
+	} else {
+		t.Logf("join at the budget (%d partitions) allocated %d KiB", 2*per, n>>10)
+	}
+	if res.Err != nil {
+		t.Fatalf("join at the budget: %v", res.Err)
+	}
+	g := h.group("g")
+	if g.State != Stable || len(g.Members[0].Assignment.Topics) != 2 {
+		t.Fatalf("group %s with assignment %v, want Stable with both topics", g.State, g.Members[0].Assignment.Topics)
+	}
+
+	// One topic more: refused, naming the budget, the value and the limit,
+	// and at a small cost.
+	over := join{group: "g", member: "m2", topics: []string{"a", "b", "c"}, protocols: []string{"range"}, protocolType: ServerProtocolType, newMember: true}
+	var refused *ApplyResult
+	if n := allocated(func() { refused = h.refused(v1(at(3, over)), errcode.BudgetExceeded) }); n > 1<<20+2*uint64(len(snapshotBytes(t, h.f))) {
+		t.Fatalf("the refused join allocated %d bytes", n)
+	}
+	wantRefusal(t, refused.Err, errcode.BudgetExceeded, "subscribed-partitions-per-group", fmt.Sprint(3*per), fmt.Sprint(b.SubscribedPartitionsPerGroup))
+
+	// The same join of an old log (version 0) is applied as it was.
+	old := newHarness(t)
+	for _, name := range []string{"a", "b", "c"} {
+		old.ok(at(1, createTopic{name, per}))
+	}
+	old.ok(SetBudgetsCommand(b))
+	old.ok(at(3, over))
+}
+
+// Version-0 commands (a log written before budgets) are never refused by a
+// budget, so an old log replays to the same state; the same command under
+// version 1 is.
+func TestBudgets_OnlyCommandsWrittenUnderTheRulesAreBudgeted(t *testing.T) {
+	h := budgeted(t, Budgets{Topics: 1})
+	h.ok(at(1, createTopic{"a", 1}))
+	h.ok(at(1, createTopic{"b", 1}))
+	res := h.refused(v1(at(1, createTopic{"c", 1})), errcode.BudgetExceeded)
+	wantRefusal(t, res.Err, errcode.BudgetExceeded, "budget topics", "3", "1")
+}
+
+// Lowering a budget below what is used removes nothing and refuses only
+// growth: shrinking and steady-state commands still apply.
+func TestBudgets_LoweredBudgetRefusesOnlyGrowth(t *testing.T) {
+	h := budgeted(t, DefaultBudgets())
+	h.ok(v1(at(1, createTopic{"t", 4})))
+	h.ok(v1(at(1, createTopic{"u", 4})))
+	for _, id := range []string{"m1", "m2"} {
+		h.ok(v1(at(2, join{group: "g", member: id, topics: []string{"t"}, newMember: true})))
+	}
+	h.ok(v1(at(3, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0, 1}, offset: 5})))
+
+	low := DefaultBudgets()
+	low.Topics, low.Partitions, low.MembersPerGroup, low.OffsetsPerGroup = 1, 4, 1, 1
+	h.ok(SetBudgetsCommand(low))
+	if got := h.f.Budgets(); got != low {
+		t.Fatalf("budgets %+v, want %+v", got, low)
+	}
+	if u, _ := h.f.Usage(); u.Topics != 2 || u.Partitions != 8 || u.MembersPerGroup != 2 || u.OffsetsPerGroup != 2 {
+		t.Fatal("lowering a budget removed state")
+	}
+
+	wantRefusal(t, h.refused(v1(at(4, createTopic{"v", 1})), errcode.BudgetExceeded).Err, errcode.BudgetExceeded, "budget topics")
+	wantRefusal(t, h.refused(v1(at(4, addPartitions{"t", 5})), errcode.BudgetExceeded).Err, errcode.BudgetExceeded, "budget partitions", "9", "4")
+	wantRefusal(t, h.refused(v1(at(4, join{group: "g", member: "m3", topics: []string{"t"}, newMember: true})), errcode.GroupMaxSizeReached).Err,
+		errcode.GroupMaxSizeReached, "members-per-group", "2", "1")
+	// A commit that moves stored offsets applies; one that would store a
+	// new offset is refused as a whole.
+	h.ok(v1(at(4, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0, 1}, offset: 6})))
+	wantRefusal(t, h.refused(v1(at(4, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0, 2}, offset: 7})), errcode.BudgetExceeded).Err,
+		errcode.BudgetExceeded, "offsets-per-group", "3", "1")
+
+	// Shrinking is never refused: a member leaves, a topic goes.
+	h.ok(v1(at(5, remove{group: "g", members: []string{"m2"}})))
+	h.ok(v1(at(5, deleteTopic("u"))))
+	if u, _ := h.f.Usage(); u.Topics != 1 || u.MembersPerGroup != 1 {
+		t.Fatalf("after shrinking: %+v", u)
+	}
+	// Admit gives the apply's verdict and changes nothing.
+	before := snapshotBytes(t, h.f)
+	if res := h.f.Admit(v1(at(7, createTopic{"v", 1}))); errcode.Of(res.Err) != errcode.BudgetExceeded {
+		t.Fatalf("Admit: %v, want BUDGET_EXCEEDED", res.Err)
+	}
+	if res := h.f.Admit(v1(at(7, addPartitions{"t", 4}))); res.Err != nil {
+		t.Fatalf("Admit of a change within the budgets: %v", res.Err)
+	}
+	if after := snapshotBytes(t, h.f); string(before) != string(after) {
+		t.Fatal("Admit changed the state")
+	}
+}
