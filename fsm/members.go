@@ -420,7 +420,7 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	res := &ApplyResult{Members: make([]MemberResult, len(c.GetMembers()))}
-	var doomed []string
+	doomed := map[string]bool{}
 	for i, ref := range c.GetMembers() {
 		r := MemberResult{MemberID: ref.GetMemberId(), InstanceID: ref.GetInstanceId()}
 		r.Err = checkRemove(g, exists, ref)
@@ -431,9 +431,7 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 				id = m.ID
 				r.MemberID = id
 			}
-			if !slices.Contains(doomed, id) {
-				doomed = append(doomed, id)
-			}
+			doomed[id] = true
 		}
 		res.Members[i] = r
 	}
@@ -441,11 +439,10 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 		res.Group = g
 		return res
 	}
+	// One pass over the members, whatever the number removed.
 	g, _ = s.mutableGroup(g.ID)
-	for _, id := range doomed {
-		g.removeMember(id)
-		s.members--
-	}
+	g.Members = slices.DeleteFunc(g.Members, func(m *Member) bool { return doomed[m.ID] })
+	s.members -= len(doomed)
 	s.afterRemoval(now, g, res)
 	res.Group = g
 	return res

@@ -180,14 +180,7 @@ func (t *Table) Expire(group string, expired func(Key, Value) bool) int {
 	if !ok {
 		return 0
 	}
-	var doomed []Key
-	for k, v := range gt.entries {
-		if expired(k, v) {
-			doomed = append(doomed, k)
-		}
-	}
-	t.remove(group, gt, doomed)
-	return len(doomed)
+	return t.removeWhere(group, gt, expired)
 }
 
 // Expired is the retention rule (Kafka's, after KIP-211): an offset of a group
@@ -200,28 +193,35 @@ func Expired(v Value, emptySinceMs, nowMs, retentionMs int64) bool {
 func (t *Table) deleteWhere(match func(string, Key, Value) bool) int {
 	removed := 0
 	for _, g := range slices.Sorted(maps.Keys(t.groups)) {
-		gt := t.groups[g]
-		var doomed []Key
-		for k, v := range gt.entries {
-			if match(g, k, v) {
-				doomed = append(doomed, k)
-			}
-		}
-		t.remove(g, gt, doomed)
-		removed += len(doomed)
+		removed += t.removeWhere(g, t.groups[g], func(k Key, v Value) bool { return match(g, k, v) })
 	}
 	return removed
 }
 
-// remove deletes doomed keys of group (whose current table is gt).
-func (t *Table) remove(group string, gt *groupTable, doomed []Key) {
+// removeWhere deletes the offsets of group (whose current table is gt) that
+// match, and returns how many. A first pass counts them, so that a group
+// losing every offset is dropped whole and one losing some allocates only
+// the list of those: the cost of a deletion never exceeds the table's size.
+func (t *Table) removeWhere(group string, gt *groupTable, match func(Key, Value) bool) int {
+	n := 0
+	for k, v := range gt.entries {
+		if match(k, v) {
+			n++
+		}
+	}
 	switch {
-	case len(doomed) == 0:
-		return
-	case len(doomed) == len(gt.entries):
+	case n == 0:
+		return 0
+	case n == len(gt.entries):
 		delete(t.groups, group)
 		t.bytes -= gt.bytes
 	default:
+		doomed := make([]Key, 0, n)
+		for k, v := range gt.entries {
+			if match(k, v) {
+				doomed = append(doomed, k)
+			}
+		}
 		gt = t.writable(group)
 		for _, k := range doomed {
 			shrink := EntryBytes(k, gt.entries[k])
@@ -230,7 +230,8 @@ func (t *Table) remove(group string, gt *groupTable, doomed []Key) {
 			delete(gt.entries, k)
 		}
 	}
-	t.count -= len(doomed)
+	t.count -= n
+	return n
 }
 
 // Range calls fn for every offset in (group, topic, partition) order until fn
