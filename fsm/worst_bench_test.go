@@ -281,3 +281,42 @@ func BenchmarkWorstApply_ExpireOffsetsDroppingEveryGroup(b *testing.B) {
 			return nil
 		})
 }
+
+// BenchmarkStateHeap measures what the state's size estimate (the
+// state-bytes budget's measure) costs in live heap, for the shapes that
+// fill it: offsets, member metadata, many small groups, topics. The
+// heap/estimate ratio is what docs/security.md's memory arithmetic uses.
+func BenchmarkStateHeap(b *testing.B) {
+	shapes := []struct {
+		name  string
+		build func(a *applier)
+	}{
+		{"offsets", func(a *applier) { manyOffsets(a, 60) }},
+		{"member-metadata", func(a *applier) { fullGroupJoining(a, "consumer") }},
+		{"one-member-groups", manyGroups},
+		{"topics", func(a *applier) {
+			for i := range int(worstBudgets.Topics) {
+				a.apply(createTopic{fmt.Sprintf("topic-%05d", i), 16})
+			}
+		}},
+	}
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				a := &applier{b: b, f: New()}
+				sh.build(a)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				u, _ := a.f.Usage()
+				heap := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				b.ReportMetric(float64(u.StateBytes)/(1<<20), "estimate-MiB")
+				b.ReportMetric(heap/(1<<20), "heap-MiB")
+				b.ReportMetric(heap/float64(u.StateBytes), "heap/estimate")
+				runtime.KeepAlive(a.f)
+			}
+		})
+	}
+}
