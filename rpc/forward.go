@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -293,7 +294,7 @@ func (f *Forwarder) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.
 // through a forward.
 func ClientHost(ctx context.Context) string {
 	if in, ok := metadata.FromIncomingContext(ctx); ok {
-		if h := in.Get(clientHostKey); len(h) > 0 && len(in.Get(forwardedKey)) > 0 {
+		if h := in.Get(clientHostKey); len(h) > 0 && len(in.Get(forwardedKey)) > 0 && plausibleHostPort(h[0]) {
 			return h[0]
 		}
 	}
@@ -301,6 +302,22 @@ func ClientHost(ctx context.Context) string {
 		return p.Addr.String()
 	}
 	return ""
+}
+
+// maxClientHostBytes bounds a forwarded client address: a host name of
+// 253 bytes, a colon and a port.
+const maxClientHostBytes = 253 + 1 + 5
+
+// plausibleHostPort reports whether a forwarded client address is one a
+// node could have sent: short, host:port. Anything else is ignored (the
+// caller's own address is used), so metadata cannot put megabytes into a
+// member's replicated record.
+func plausibleHostPort(s string) bool {
+	if len(s) > maxClientHostBytes {
+		return false
+	}
+	_, port, err := net.SplitHostPort(s)
+	return err == nil && port != ""
 }
 
 // newMessage makes an empty request (or response) message of a full

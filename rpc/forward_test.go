@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
@@ -158,5 +160,27 @@ func TestForwarder_Streams_RelayedToTheLeader(t *testing.T) {
 	resp, err := restore.CloseAndRecv()
 	if err != nil || resp.GetIndex() != 8 {
 		t.Fatalf("relayed restore: %v, %v; want the leader to count 8 bytes", resp, err)
+	}
+}
+
+// A forwarded client address is taken only when it is one a node could
+// have sent; otherwise the caller's own address is used, so metadata cannot
+// put an oversized host into a member's replicated record.
+func TestClientHost_ForwardedAddressIsBounded(t *testing.T) {
+	caller := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 4242}
+	for _, tc := range []struct {
+		forwarded string
+		want      string
+	}{
+		{"192.0.2.7:5555", "192.0.2.7:5555"},
+		{"[2001:db8::1]:5555", "[2001:db8::1]:5555"},
+		{strings.Repeat("h", 3<<20) + ":1", caller.String()},
+		{"not-an-address", caller.String()},
+	} {
+		md := metadata.Pairs(forwardedKey, "1", clientHostKey, tc.forwarded)
+		ctx := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), &peer.Peer{Addr: caller})
+		if got := ClientHost(ctx); got != tc.want {
+			t.Errorf("forwarded %.40q: client host %.40q, want %q", tc.forwarded, got, tc.want)
+		}
 	}
 }
