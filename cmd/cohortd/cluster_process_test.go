@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
@@ -119,6 +120,10 @@ func clusterFormed(clients []cohortv1.ClusterServiceClient, httpAddrs []string) 
 		_, metrics := httpGet(ctx, "http://"+addr+"/metrics")
 		if !strings.Contains(metrics, "\ncohort_raft_voters{") || !hasMetric(metrics, "cohort_raft_voters", "3") {
 			return false, fmt.Sprintf("%s/metrics: cohort_raft_voters is not 3", addr)
+		}
+		// The leader's configured budgets are replicated to every node.
+		if want := fmt.Sprintf("\ncohort_budget_limit{budget=\"topics\"} %d\n", fsm.DefaultBudgets().Topics); !strings.Contains(metrics, want) {
+			return false, fmt.Sprintf("%s/metrics: no %q", addr, strings.TrimSpace(want))
 		}
 	}
 	return true, ""
