@@ -9,7 +9,7 @@ PKGS     := ./...
 # per property (raise with: go test ./fsm/ -rapid.checks=N).
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test unit proto proto-check lint bench clean
+.PHONY: all build run test unit proto proto-check lint bench fuzz clean
 
 all: build
 
@@ -52,6 +52,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./fsm/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./raftnode/
 	$(GO) test -run '^$$' -bench . ./assign/
+
+# Every fuzz target of the API (one per gRPC method of the group and topic
+# services) for FUZZTIME each; what they find is kept in rpc/testdata/fuzz
+# and replayed by `make test`.
+FUZZTIME ?= 5m
+fuzz:
+	GO=$(GO) scripts/fuzz.sh ./rpc $(FUZZTIME)
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of a package for a while and keeps what it found:
+# the inputs that reached new code (go's fuzz cache) are copied into the
+# package's testdata/fuzz/<Target>/, where `make test` runs them as plain
+# tests.
+#
+#   scripts/fuzz.sh <package dir> [fuzztime]     e.g. scripts/fuzz.sh ./rpc 5m
+#
+# Targets run one after the other, one worker each (-parallel 1) and at low
+# priority, so the machine stays usable.
+set -euo pipefail
+pkg=${1:?package dir, e.g. ./rpc}
+fuzztime=${2:-5m}
+go=${GO:-go}
+import=$($go list "$pkg")
+cache="$($go env GOCACHE)/fuzz/$import"
+targets=$($go test -list '^Fuzz' "$pkg" | grep '^Fuzz')
+for t in $targets; do
+	echo "== $t for $fuzztime"
+	nice -n 19 $go test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -parallel 1 2>&1 | tail -3
+	if [ -d "$cache/$t" ]; then
+		mkdir -p "$pkg/testdata/fuzz/$t"
+		cp -n "$cache/$t"/* "$pkg/testdata/fuzz/$t/" 2>/dev/null || true
+	fi
+	echo "   corpus: $(ls "$pkg/testdata/fuzz/$t" 2>/dev/null | wc -l) inputs in $pkg/testdata/fuzz/$t"
+done
