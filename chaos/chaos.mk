@@ -27,9 +27,10 @@ chaos: chaos-bin
 	$(CHAOS) --time $(TIME) --nodes $(NODES) --nemesis $(NEMESIS) --workload $(WORKLOAD) --seed $(SEED) $(CHAOS_FLAGS)
 
 # Short faults and pauses so that 110 s of faults hold every kind for any
-# seed (--require-all-kinds refuses a schedule that does not).
+# seed (--require-all-kinds refuses a schedule that does not); the hostile
+# workload runs beside the others.
 chaos-smoke: chaos-bin
-	$(CHAOS) --time 110s --nodes 3 --nemesis mixed --workload both --seed $(SMOKE_SEED) \
+	$(CHAOS) --time 110s --nodes 3 --nemesis mixed --workload both --hostile --seed $(SMOKE_SEED) \
 		--quiet-min 1s --quiet-max 3s --fault-min 3s --fault-max 6s --require-all-kinds \
 		--name smoke-$$(date +%Y%m%d-%H%M%S)-s$(SMOKE_SEED) $(CHAOS_FLAGS)
 

@@ -49,7 +49,10 @@ type Options struct {
 	SessionTimeout time.Duration
 	// Liveness window after the final heal (default 30 s).
 	Recovery time.Duration
-	Out      io.Writer
+	// Hostile adds the hostile workload (workload.Hostile): oversized,
+	// near-budget and malformed requests, with budgets it can reach.
+	Hostile bool
+	Out     io.Writer
 }
 
 func (o *Options) defaults() {
@@ -95,6 +98,16 @@ func (o *Options) defaults() {
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
+}
+
+// extraArgs are the cohortd flags of a run: fast rebalances and short
+// sessions, and with the hostile workload budgets it can reach.
+func extraArgs(hostile bool) []string {
+	args := []string{"--initial-rebalance-delay", "500ms", "--min-session-timeout", "1s", "--shutdown-timeout", "10s"}
+	if hostile {
+		args = append(args, workload.HostileBudgetFlags...)
+	}
+	return args
 }
 
 // ErrPrerequisite: netns mode was required (CI) but cannot run here.
@@ -191,7 +204,7 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	cl, err := cluster.New(cluster.Config{
 		Mode: mode, Nodes: o.Nodes, Instance: o.Instance, Binary: abs(o.Cohortd), CtlBinary: ctlPath(ctl, o.Cohortctl),
 		LogDir: filepath.Join(dir, "nodes"), Logger: log,
-		ExtraArgs: []string{"--initial-rebalance-delay", "500ms", "--min-session-timeout", "1s", "--shutdown-timeout", "10s"},
+		ExtraArgs: extraArgs(o.Hostile),
 	})
 	if err != nil {
 		return nil, err
@@ -228,6 +241,10 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 			grps.LifetimeMin, grps.LifetimeMax = 30*time.Second, 90*time.Second
 		}
 	}
+	var hostile *workload.Hostile
+	if o.Hostile {
+		hostile = &workload.Hostile{Endpoints: cl.Endpoints(), Log: log, Seed: o.Seed}
+	}
 	if offs == nil && grps == nil {
 		return nil, fmt.Errorf("chaos: unknown workload %q: want offsets, groups or both", o.Workload)
 	}
@@ -251,6 +268,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	if grps != nil {
 		wg.Go(func() { grps.Run(wctx) })
+	}
+	if hostile != nil {
+		wg.Go(func() { hostile.Run(wctx) })
 	}
 	// Let the groups form before the first fault.
 	sleepCtx(ctx, 5*time.Second)
@@ -303,6 +323,14 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	report.Summarise(r, es, res)
 	if healErr != nil {
 		r.Valid = false
+	}
+	if hostile != nil {
+		summary, violations := hostile.Verdict()
+		r.Notes = append(r.Notes, summary)
+		for _, v := range violations {
+			r.Valid = false
+			r.Notes = append(r.Notes, "invalid: hostile workload: "+v)
+		}
 	}
 	for _, e := range es {
 		if e.F == "operator-promote" {

@@ -44,6 +44,7 @@ func run() int {
 	fs.StringVar(&o.Nemesis, "nemesis", "mixed", "fault kinds or groups, comma-separated: "+strings.Join(nemesis.AllKinds, ", ")+
 		"; groups: kill, pause, partition, membership, leader, mixed, none")
 	fs.StringVar(&o.Workload, "workload", "both", "offsets, groups or both")
+	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run (every one must be refused as promised)")
 	fs.Uint64Var(&seed, "seed", 0, "schedule seed (0: drawn from the clock; printed either way)")
 	fs.StringVar(&o.Mode, "mode", "auto", "auto (netns when possible), netns, or local (loopback; kill and pause only)")
 	fs.IntVar(&o.Instance, "instance", 0, "instance number for parallel runs (names cch<N>-*, subnet 10.77.<N>.0/24)")
