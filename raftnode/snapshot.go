@@ -150,7 +150,7 @@ func checkSnapshotStore(store raft.SnapshotStore, dir string) error {
 	}
 	for _, m := range list {
 		if err := checkStoredSnapshot(store, filepath.Join(dir, "snapshots", m.ID), m); err != nil {
-			return fmt.Errorf("%w: refusing to start on it; if the other nodes are healthy, wipe this node's data dir and join it again, else restore a saved snapshot (docs/operations.md)", err)
+			return fmt.Errorf("%w: cohortd neither starts nor recovers on it; if the other nodes are healthy, wipe this node's data dir and join it again, else restore a saved snapshot (docs/operations.md)", err)
 		}
 	}
 	return nil
