@@ -68,7 +68,21 @@ const (
 	DefaultTransportTimeout = 10 * time.Second
 	// DefaultTransportMaxPool is the number of pooled connections per peer.
 	DefaultTransportMaxPool = 3
+	// DefaultMaxSnapshotSize bounds a snapshot offered for restore (the
+	// FSM's encoding, in bytes). The leader buffers the whole stream in its
+	// data dir before anything changes, so the bound is also the disk a
+	// restore may take. 1 GiB is far above what the default budgets let
+	// the state grow to.
+	DefaultMaxSnapshotSize = 1 << 30
+	// DefaultSnapshotRestoreIdleTimeout is the longest pause between two
+	// messages of a restore stream; a client that stalls longer is cut off
+	// and its partial upload deleted.
+	DefaultSnapshotRestoreIdleTimeout = 30 * time.Second
 )
+
+// minMaxSnapshotSize is the smallest MaxSnapshotSize: an empty state's
+// snapshot is a few dozen bytes; below 1 KiB no real state fits.
+const minMaxSnapshotSize = 1 << 10
 
 // Config configures a Node. Start from DefaultConfig and change what you
 // need; New validates it.
@@ -104,6 +118,13 @@ type Config struct {
 	// caller's context has no deadline.
 	ApplyTimeout time.Duration
 
+	// MaxSnapshotSize is the largest snapshot (bytes of the FSM's encoding)
+	// a restore accepts.
+	MaxSnapshotSize int64
+	// SnapshotRestoreIdleTimeout is the longest wait for the next message
+	// of a restore stream.
+	SnapshotRestoreIdleTimeout time.Duration
+
 	// Logger receives the node's and raft's logs.
 	Logger *slog.Logger
 }
@@ -121,7 +142,11 @@ func DefaultConfig() Config {
 		TrailingLogs:       DefaultTrailingLogs,
 		MaxAppendEntries:   DefaultMaxAppendEntries,
 		ApplyTimeout:       DefaultApplyTimeout,
-		Logger:             slog.Default(),
+		MaxSnapshotSize:    DefaultMaxSnapshotSize,
+
+		SnapshotRestoreIdleTimeout: DefaultSnapshotRestoreIdleTimeout,
+
+		Logger: slog.Default(),
 	}
 }
 
@@ -174,6 +199,12 @@ func (c Config) Validate() error {
 	}
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("apply timeout %s: must be positive", c.ApplyTimeout))
+	}
+	if c.MaxSnapshotSize < minMaxSnapshotSize {
+		errs = append(errs, fmt.Errorf("max snapshot size %d bytes: must be at least %d", c.MaxSnapshotSize, minMaxSnapshotSize))
+	}
+	if c.SnapshotRestoreIdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("snapshot restore idle timeout %s: must be positive", c.SnapshotRestoreIdleTimeout))
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("logger is required"))

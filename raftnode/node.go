@@ -29,8 +29,8 @@ var (
 	ErrLeadershipLost = errors.New("leadership lost while applying: outcome unknown")
 	// ErrShutdown: the node is shutting down or has shut down.
 	ErrShutdown = errors.New("raft node is shut down")
-	// ErrInvalidSnapshot: a snapshot offered for restore does not decode;
-	// nothing changed.
+	// ErrInvalidSnapshot: a snapshot offered for restore does not decode
+	// or is larger than MaxSnapshotSize; nothing changed.
 	ErrInvalidSnapshot = errors.New("invalid snapshot")
 )
 
@@ -132,6 +132,9 @@ func (n *Node) open() error {
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 2, hlog.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store in %s: %w", cfg.DataDir, err)
+	}
+	if err := checkSnapshotStore(fileSnaps, filepath.Join(cfg.DataDir, "raft")); err != nil {
+		return err
 	}
 	snaps := &trackingSnapshotStore{SnapshotStore: fileSnaps}
 

@@ -44,6 +44,9 @@ func RecoverAsSingleNode(dataDir, raftAddr string, log *slog.Logger) (nodeID str
 	if err != nil {
 		return "", fmt.Errorf("open snapshot store in %s: %w", dataDir, err)
 	}
+	if err := checkSnapshotStore(fileSnaps, filepath.Join(dataDir, "raft")); err != nil {
+		return "", err
+	}
 	snaps := &trackingSnapshotStore{SnapshotStore: fileSnaps}
 	_, trans := raft.NewInmemTransport(raft.ServerAddress(raftAddr))
 	defer trans.Close()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cohortlabs/cohort/fsm"
@@ -43,27 +45,59 @@ func (n *Node) OpenSnapshot(ctx context.Context) (*raft.SnapshotMeta, io.ReadClo
 	return meta, rc, nil
 }
 
+// MaxSnapshotPosition is the largest index or term a snapshot may carry.
+// Raft counts both in uint64 and adds one to the index of every restored
+// or new entry; a value near 2^64 wraps, after which the node neither
+// commits nor reads anything. No real cluster gets within 2^63 entries or
+// terms, so anything above is forged or damaged metadata.
+const MaxSnapshotPosition = math.MaxInt64
+
+// ValidateSnapshotPosition checks the index and term a snapshot claims to
+// stand at: both from 1 to MaxSnapshotPosition. The error names the value
+// and the limit.
+func ValidateSnapshotPosition(index, term uint64) error {
+	var errs []error
+	if index == 0 || index > MaxSnapshotPosition {
+		errs = append(errs, fmt.Errorf("snapshot index %d: must be between 1 and %d", index, uint64(MaxSnapshotPosition)))
+	}
+	if term == 0 || term > MaxSnapshotPosition {
+		errs = append(errs, fmt.Errorf("snapshot term %d: must be between 1 and %d", term, uint64(MaxSnapshotPosition)))
+	}
+	return errors.Join(errs...)
+}
+
 // RestoreSnapshot replaces the whole replicated state with the snapshot in
 // f (size bytes of the FSM's encoding) on every node. The data is fully
-// decoded and checked first: a corrupted or foreign snapshot is refused
-// (ErrInvalidSnapshot) and nothing changes. Afterwards the node registry
-// entries of the current servers are written again (the snapshot carries
-// the registry of the cluster it came from), and leadership is handed to
-// another voter when there is one, so that the new leader's group engine
-// starts from the restored state (fresh session deadlines for every member).
-func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, index, term uint64) (uint64, error) {
+// decoded and checked first: a corrupted, foreign or oversized snapshot is
+// refused (ErrInvalidSnapshot) and nothing changes.
+//
+// The index and term the snapshot was taken at play no part: Raft installs
+// it at the cluster's next index and current term (index 0 in the metadata
+// makes raft.Restore take max(last index, 0)+1), so a snapshot from a
+// cluster further along, or with forged metadata, cannot move this
+// cluster's log forward, let alone past 2^64.
+//
+// Afterwards the node registry entries of the current servers are written
+// again (the snapshot carries the registry of the cluster it came from),
+// and leadership is handed to another voter when there is one, so that the
+// new leader's group engine starts from the restored state (fresh session
+// deadlines for every member). It returns the index the restored state
+// stands at.
+func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64) (uint64, error) {
 	c, err := n.LeaderConfiguration()
 	if err != nil {
 		return 0, err
 	}
+	if size <= 0 || size > n.cfg.MaxSnapshotSize {
+		return 0, fmt.Errorf("%w: %d bytes: must be between 1 and the maximum snapshot size %d (--max-snapshot-size); nothing changed",
+			ErrInvalidSnapshot, size, n.cfg.MaxSnapshotSize)
+	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	st, err := fsm.ReadSnapshot(io.LimitReader(f, size))
-	if err != nil {
+	if _, err := fsm.ReadSnapshot(io.LimitReader(f, size)); err != nil {
 		return 0, fmt.Errorf("%w: refusing it, nothing changed: %v", ErrInvalidSnapshot, err)
 	}
-	_ = st
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
@@ -71,7 +105,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, inde
 	for _, node := range n.fsm.Nodes() {
 		registry[node.ID] = node
 	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Term: term, Size: size}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: 0, Size: size}
 	timeout := restoreTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -79,7 +113,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, inde
 	if err := n.raft.Restore(meta, f, timeout); err != nil {
 		return 0, fmt.Errorf("restore snapshot through raft: %w", err)
 	}
-	n.log.Warn("restored the replicated state from a snapshot", "snapshot_index", index, "snapshot_term", term, "bytes", size)
+	n.log.Warn("restored the replicated state from a snapshot", "index", n.raft.LastIndex(), "bytes", size)
 	for _, s := range c.Servers {
 		node, ok := registry[string(s.ID)]
 		if !ok {
@@ -99,4 +133,47 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64, inde
 		}
 	}
 	return idx, nil
+}
+
+// checkSnapshotStore refuses to start on a snapshot store raft cannot
+// safely start from. Raft trusts a snapshot's metadata (meta.json, which no
+// checksum covers): an index near 2^64 wraps its log index and the node
+// wedges, and on a checksum mismatch it silently falls back to an older
+// snapshot, whose successors the log may no longer hold. So every retained
+// snapshot must claim a plausible index and term, a configuration index
+// not past its own, its size, and data matching its CRC. dir is the data
+// dir's raft directory, for the error.
+func checkSnapshotStore(store raft.SnapshotStore, dir string) error {
+	list, err := store.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots in %s: %w", dir, err)
+	}
+	for _, m := range list {
+		if err := checkStoredSnapshot(store, filepath.Join(dir, "snapshots", m.ID), m); err != nil {
+			return fmt.Errorf("%w: cohortd neither starts nor recovers on it; if the other nodes are healthy, wipe this node's data dir and join it again, else restore a saved snapshot (docs/operations.md)", err)
+		}
+	}
+	return nil
+}
+
+func checkStoredSnapshot(store raft.SnapshotStore, path string, m *raft.SnapshotMeta) error {
+	if err := ValidateSnapshotPosition(m.Index, m.Term); err != nil {
+		return fmt.Errorf("snapshot %s has forged or damaged metadata: %w", path, err)
+	}
+	if m.ConfigurationIndex > m.Index {
+		return fmt.Errorf("snapshot %s has forged or damaged metadata: configuration index %d is past the snapshot index %d", path, m.ConfigurationIndex, m.Index)
+	}
+	st, err := os.Stat(filepath.Join(path, "state.bin"))
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if st.Size() != m.Size {
+		return fmt.Errorf("snapshot %s is damaged: its metadata says %d bytes, state.bin has %d", path, m.Size, st.Size())
+	}
+	// Open reads the whole state and compares its CRC-64.
+	_, rc, err := store.Open(m.ID)
+	if err != nil {
+		return fmt.Errorf("snapshot %s is damaged (checksum mismatch between meta.json and state.bin?): %w", path, err)
+	}
+	return rc.Close()
 }

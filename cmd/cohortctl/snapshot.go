@@ -20,35 +20,39 @@ func newSnapshotCommand(g *globals) *cobra.Command {
 		Long: `Save, restore and inspect snapshots of the whole replicated state: topics,
 groups (members, generations, assignments) and committed offsets.
 
-A snapshot file carries its Raft index and term, the FSM format version and
-a SHA-256 of its data; save verifies it as it is written, inspect and
-restore verify it again. A corrupted or foreign file is refused and nothing
-changes.`,
+A snapshot file carries the Raft index and term it was taken at, the FSM
+format version, a SHA-256 of its data and (file version 2) a SHA-256 of the
+whole file, header included; save verifies it as it is written, inspect and
+restore verify it again. A corrupted, forged or foreign file is refused and
+nothing changes. Version 1 files (no checksum over the header) are still
+read, with the header's index and term checked for plausibility.`,
 	}
 	c.AddCommand(snapshotSaveCommand(g), snapshotRestoreCommand(g), snapshotInspectCommand(g))
 	return c
 }
 
 type snapshotInfo struct {
-	File             string `json:"file"`
-	FileVersion      uint32 `json:"file_version"`
-	FSMFormatVersion uint32 `json:"fsm_format_version"`
-	Index            uint64 `json:"index"`
-	Term             uint64 `json:"term"`
-	NodeID           string `json:"node_id"`
-	Created          string `json:"created"`
-	Size             uint64 `json:"size"`
-	SHA256           string `json:"sha256"`
-	Topics           int    `json:"topics"`
-	Partitions       int    `json:"partitions"`
-	Groups           int    `json:"groups"`
-	Members          int    `json:"members"`
-	Offsets          int    `json:"offsets"`
+	File        string `json:"file"`
+	FileVersion uint32 `json:"file_version"`
+	// HeaderChecksummed is false for version 1 files.
+	HeaderChecksummed bool   `json:"header_checksummed"`
+	FSMFormatVersion  uint32 `json:"fsm_format_version"`
+	Index             uint64 `json:"index"`
+	Term              uint64 `json:"term"`
+	NodeID            string `json:"node_id"`
+	Created           string `json:"created"`
+	Size              uint64 `json:"size"`
+	SHA256            string `json:"sha256"`
+	Topics            int    `json:"topics"`
+	Partitions        int    `json:"partitions"`
+	Groups            int    `json:"groups"`
+	Members           int    `json:"members"`
+	Offsets           int    `json:"offsets"`
 }
 
 func describeSnapshot(sf *snapFile, c snapContents) snapshotInfo {
 	return snapshotInfo{
-		File: sf.Path, FileVersion: sf.FileVersion, FSMFormatVersion: sf.Meta.GetFsmFormatVersion(),
+		File: sf.Path, FileVersion: sf.FileVersion, HeaderChecksummed: sf.HeaderChecksummed(), FSMFormatVersion: sf.Meta.GetFsmFormatVersion(),
 		Index: sf.Meta.GetIndex(), Term: sf.Meta.GetTerm(), NodeID: sf.Meta.GetNodeId(),
 		Created: time.UnixMilli(sf.Meta.GetCreatedUnixMs()).UTC().Format(time.RFC3339),
 		Size:    sf.Trailer.GetSize(), SHA256: fmt.Sprintf("%x", sf.Trailer.GetSha256()),
@@ -60,8 +64,12 @@ func (g *globals) printSnapshot(cmd *cobra.Command, info snapshotInfo) error {
 	if g.output == "json" {
 		return printJSON(g.out(cmd), info)
 	}
+	format := fmt.Sprintf("v%d/fsm v%d", info.FileVersion, info.FSMFormatVersion)
+	if !info.HeaderChecksummed {
+		format += " (header not checksummed)"
+	}
 	return table(g.out(cmd), []string{"FILE", "INDEX", "TERM", "FORMAT", "SIZE", "SHA256", "TOPICS", "GROUPS", "MEMBERS", "OFFSETS", "CREATED", "NODE"},
-		[][]string{{info.File, fmt.Sprint(info.Index), fmt.Sprint(info.Term), fmt.Sprintf("v%d/fsm v%d", info.FileVersion, info.FSMFormatVersion),
+		[][]string{{info.File, fmt.Sprint(info.Index), fmt.Sprint(info.Term), format,
 			fmt.Sprint(info.Size), info.SHA256[:16] + "…", fmt.Sprint(info.Topics), fmt.Sprint(info.Groups), fmt.Sprint(info.Members),
 			fmt.Sprint(info.Offsets), info.Created, info.NodeID}})
 }
@@ -177,9 +185,11 @@ func snapshotRestoreCommand(g *globals) *cobra.Command {
 		Short: "Replace the whole cluster state with a snapshot, on every node",
 		Long: `Replace the whole replicated state (topics, groups, offsets) with the
 snapshot in FILE, on every node. The cluster's membership is kept. The file
-is verified here and again by the leader before anything changes. Members of
-groups in the snapshot must rejoin or heartbeat before their session timeout,
-counted from the restore.`,
+is verified here and again by the leader before anything changes. The
+restored state stands at the cluster's next Raft index, not at the index the
+snapshot was taken at. Members of groups in the snapshot must rejoin or
+heartbeat before their session timeout, counted from the restore. The
+leader refuses a snapshot larger than its --max-snapshot-size.`,
 		Example: `  cohortctl --endpoints 10.0.0.1:9000 snapshot restore backup.snap`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -89,6 +89,8 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.Uint64Var(&r.SnapshotThreshold, "raft-snapshot-threshold", r.SnapshotThreshold, "new log entries that make a snapshot due")
 	f.Uint64Var(&r.TrailingLogs, "raft-trailing-logs", r.TrailingLogs, "log entries kept after a snapshot")
 	f.IntVar(&r.MaxAppendEntries, "raft-max-append-entries", r.MaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
+	f.Int64Var(&r.MaxSnapshotSize, "max-snapshot-size", r.MaxSnapshotSize, "largest snapshot (bytes) a restore accepts; the leader buffers it in the data dir first")
+	f.DurationVar(&r.SnapshotRestoreIdleTimeout, "snapshot-restore-idle-timeout", r.SnapshotRestoreIdleTimeout, "a snapshot restore stream that sends nothing for this long is ended (nothing changes)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
 	cd := coordinator.DefaultConfig()
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")

@@ -78,3 +78,34 @@ func TestHTTP_HealthAndReadiness(t *testing.T) {
 		}
 	}
 }
+
+// The snapshot restore limits are flags with their documented defaults,
+// and a bad value stops the start with an error naming it and the limit.
+func TestFlags_SnapshotRestoreLimits(t *testing.T) {
+	cmd := newRootCommand()
+	for flag, want := range map[string]string{
+		"max-snapshot-size":             "1073741824",
+		"snapshot-restore-idle-timeout": "30s",
+	} {
+		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
+			t.Errorf("--%s defaults to %q, want %q", flag, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-snapshot-size", "10"}, "max snapshot size 10 bytes: must be at least 1024"},
+		{[]string{"--snapshot-restore-idle-timeout", "0s"}, "snapshot restore idle timeout 0s: must be positive"},
+	} {
+		cmd := newRootCommand()
+		var out strings.Builder
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"--data-dir", t.TempDir(), "--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tc.args...))
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("cohortd %v: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

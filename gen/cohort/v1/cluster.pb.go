@@ -1630,7 +1630,8 @@ type SnapshotMetadata struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version of the FSM's snapshot encoding inside.
 	FsmFormatVersion uint32 `protobuf:"varint,1,opt,name=fsm_format_version,json=fsmFormatVersion,proto3" json:"fsm_format_version,omitempty"`
-	// The Raft index and term of the last entry the snapshot contains.
+	// The Raft index and term of the last entry the snapshot contains, both
+	// from 1 to 2^63-1. A restore reports them but does not use them.
 	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	Term  uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	// The node that produced it and when (Unix milliseconds).

@@ -94,7 +94,12 @@ type ClusterServiceClient interface {
 	// SnapshotRestore replaces the whole replicated state with a snapshot,
 	// on every node. The stream is the one SnapshotSave produced (metadata,
 	// data, checksum); the leader verifies it completely before anything
-	// changes, and refuses a corrupted or foreign snapshot.
+	// changes, and refuses a corrupted or foreign snapshot or an implausible
+	// index or term (INVALID_ARGUMENT), more data than its
+	// --max-snapshot-size (RESOURCE_EXHAUSTED), and a stream idle for longer
+	// than its --snapshot-restore-idle-timeout (DEADLINE_EXCEEDED). The
+	// restored state stands at the cluster's next Raft index, not at the
+	// metadata's index.
 	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotRestoreRequest, SnapshotRestoreResponse], error)
 }
 
@@ -297,7 +302,12 @@ type ClusterServiceServer interface {
 	// SnapshotRestore replaces the whole replicated state with a snapshot,
 	// on every node. The stream is the one SnapshotSave produced (metadata,
 	// data, checksum); the leader verifies it completely before anything
-	// changes, and refuses a corrupted or foreign snapshot.
+	// changes, and refuses a corrupted or foreign snapshot or an implausible
+	// index or term (INVALID_ARGUMENT), more data than its
+	// --max-snapshot-size (RESOURCE_EXHAUSTED), and a stream idle for longer
+	// than its --snapshot-restore-idle-timeout (DEADLINE_EXCEEDED). The
+	// restored state stands at the cluster's next Raft index, not at the
+	// metadata's index.
 	SnapshotRestore(grpc.ClientStreamingServer[SnapshotRestoreRequest, SnapshotRestoreResponse]) error
 	mustEmbedUnimplementedClusterServiceServer()
 }
