@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // Defaults for Config. Raft's own defaults (1 s heartbeat and election
@@ -68,6 +70,21 @@ const (
 	DefaultTransportTimeout = 10 * time.Second
 	// DefaultTransportMaxPool is the number of pooled connections per peer.
 	DefaultTransportMaxPool = 3
+	// DefaultLogCacheBytes bounds the in-memory cache of recent log
+	// entries by their size: 512 small offset commits are a few hundred KB,
+	// but 512 entries near the largest command would be gigabytes.
+	DefaultLogCacheBytes = 64 << 20
+	// DefaultSnapshotLogBytes is how many bytes of entries written to the
+	// log since the last snapshot make one due, whatever their count: a
+	// stream of large entries reaches it long before SnapshotThreshold.
+	DefaultSnapshotLogBytes = 256 << 20
+	// DefaultReadyMaxLag is how many entries a follower's applied index
+	// may trail the leader's commit index and still be ready to serve.
+	DefaultReadyMaxLag = 1024
+	// DefaultReadyMaxLastContact is how long a follower may go without
+	// hearing from the leader and still be ready: four heartbeat timeouts,
+	// as cluster.DefaultHealthyLastContact.
+	DefaultReadyMaxLastContact = 2 * time.Second
 )
 
 // Config configures a Node. Start from DefaultConfig and change what you
@@ -104,6 +121,25 @@ type Config struct {
 	// caller's context has no deadline.
 	ApplyTimeout time.Duration
 
+	// LogCacheBytes bounds the cache of recent log entries by the bytes
+	// it holds (it also holds at most logCacheEntries entries).
+	LogCacheBytes int64
+	// SnapshotLogBytes: once this many bytes of entries were written to
+	// the log since the last snapshot, the node takes one, keeping fewer
+	// trailing entries when they are large (health.go).
+	SnapshotLogBytes int64
+	// ReadyMaxLag is how many entries a follower may be behind the
+	// leader's commit index before it stops being fit to serve (Fault).
+	ReadyMaxLag uint64
+	// ReadyMaxLastContact is how long a follower may go without hearing
+	// from a leader before it stops being fit to serve (Fault).
+	ReadyMaxLastContact time.Duration
+
+	// WrapLogStore, when set, wraps the bolt log store before the node's
+	// own layers (fault tracking, the cache): a test hook to inject write
+	// failures such as ENOSPC. Nil in production.
+	WrapLogStore func(raft.LogStore) raft.LogStore
+
 	// Logger receives the node's and raft's logs.
 	Logger *slog.Logger
 }
@@ -121,7 +157,13 @@ func DefaultConfig() Config {
 		TrailingLogs:       DefaultTrailingLogs,
 		MaxAppendEntries:   DefaultMaxAppendEntries,
 		ApplyTimeout:       DefaultApplyTimeout,
-		Logger:             slog.Default(),
+
+		LogCacheBytes:       DefaultLogCacheBytes,
+		SnapshotLogBytes:    DefaultSnapshotLogBytes,
+		ReadyMaxLag:         DefaultReadyMaxLag,
+		ReadyMaxLastContact: DefaultReadyMaxLastContact,
+
+		Logger: slog.Default(),
 	}
 }
 
@@ -175,11 +217,32 @@ func (c Config) Validate() error {
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("apply timeout %s: must be positive", c.ApplyTimeout))
 	}
+	if c.LogCacheBytes < minLogCacheBytes {
+		errs = append(errs, fmt.Errorf("raft log cache bytes %d: must be at least %d", c.LogCacheBytes, minLogCacheBytes))
+	}
+	if c.SnapshotLogBytes < minSnapshotLogBytes {
+		errs = append(errs, fmt.Errorf("raft snapshot log bytes %d: must be at least %d", c.SnapshotLogBytes, minSnapshotLogBytes))
+	}
+	if c.ReadyMaxLag == 0 {
+		errs = append(errs, errors.New("ready max lag 0: must be positive"))
+	}
+	if c.ReadyMaxLastContact < c.HeartbeatTimeout {
+		// Below it, the pauses between the leader's heartbeats (a tenth
+		// of the timeout, randomised) would make a healthy follower flap.
+		errs = append(errs, fmt.Errorf("ready max last contact %s: must be at least the heartbeat timeout %s", c.ReadyMaxLastContact, c.HeartbeatTimeout))
+	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("logger is required"))
 	}
 	return errors.Join(errs...)
 }
+
+// Lower bounds of the byte limits: below them the cache holds nothing
+// useful, and snapshots would follow one another.
+const (
+	minLogCacheBytes    = 64 << 10
+	minSnapshotLogBytes = 1 << 20
+)
 
 // ValidateAdvertise checks an address other nodes are to reach: a host
 // (not a wildcard) and a port other than 0. what names it in the error.
