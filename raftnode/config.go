@@ -241,7 +241,7 @@ func (c Config) Validate() error {
 // useful, and snapshots would follow one another.
 const (
 	minLogCacheBytes    = 64 << 10
-	minSnapshotLogBytes = 1 << 20
+	minSnapshotLogBytes = 64 << 10
 )
 
 // ValidateAdvertise checks an address other nodes are to reach: a host

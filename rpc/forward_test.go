@@ -23,10 +23,12 @@ import (
 type fixedLeadership struct {
 	leading bool
 	leader  string
+	fault   error
 }
 
 func (l fixedLeadership) IsLeader() bool            { return l.leading }
 func (l fixedLeadership) LeaderGRPCAddress() string { return l.leader }
+func (l fixedLeadership) Fault() error              { return l.fault }
 
 func TestForwarder_Unary_RoutesByLeadership(t *testing.T) {
 	served := errors.New("served here")
