@@ -81,10 +81,10 @@ func TestTrailingFor_KeepsHalfTheLogBytesAtMost(t *testing.T) {
 		bytes, entries, limit int64
 		configured, want      uint64
 	}{
-		{1 << 20, 256, 1 << 20, 10240, 128},     // 4 KiB entries: half of 1 MiB is 128 of them
+		{1 << 20, 256, 1 << 20, 10240, 128},       // 4 KiB entries: half of 1 MiB is 128 of them
 		{1 << 20, 1 << 20, 1 << 20, 10240, 10240}, // tiny entries: the configured count binds
-		{64 << 20, 1, 1 << 20, 10240, 1},        // one entry larger than the limit: keep one
-		{0, 0, 1 << 20, 10240, 10240},           // nothing counted
+		{64 << 20, 1, 1 << 20, 10240, 1},          // one entry larger than the limit: keep one
+		{0, 0, 1 << 20, 10240, 10240},             // nothing counted
 	}
 	for _, tt := range tests {
 		if got := trailingFor(tt.bytes, tt.entries, tt.limit, tt.configured); got != tt.want {
