@@ -79,6 +79,8 @@ func TestFollower_FullDisk_NotReadyUntilSpaceFreed(t *testing.T) {
 		}
 	}
 	leader.apply(t, createTopic("before", 1))
+	// The follower applies "before", so that it has a state to snapshot.
+	waitConverged(t, leader, c.nodes...)
 	waitFor(t, 20*time.Second, "the follower on the tmpfs to be ready", func() (bool, string) {
 		return full.node.Ready()
 	})
@@ -106,11 +108,20 @@ func TestFollower_FullDisk_NotReadyUntilSpaceFreed(t *testing.T) {
 	if full.node.State() == raft.Shutdown {
 		t.Fatal("the follower with a full disk shut down")
 	}
+	// A snapshot cannot be written either; the node says so.
+	if err := full.node.Snapshot(ctx); err == nil {
+		t.Fatal("a snapshot on a full disk succeeded")
+	}
+	if err := full.node.Fault(); !errors.Is(err, ErrSnapshotFailing) {
+		t.Fatalf("Fault() after a failed snapshot = %v, want ErrSnapshotFailing", err)
+	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
 	leader.apply(t, createTopic("after", 1))
+	// Ready again once the log is written and a snapshot retried (every
+	// snapshotRetryInterval).
 	waitFor(t, 60*time.Second, "the follower to be ready again with space freed", func() (bool, string) {
 		ok, reason := full.node.Ready()
 		return ok && full.node.Fault() == nil, reason

@@ -347,14 +347,26 @@ func (n *Node) logWritten(bytes, entries int64) {
 	}
 }
 
-// runSizeSnapshots takes the snapshots logWritten asks for until the node
-// shuts down.
-func (n *Node) runSizeSnapshots() {
+// snapshotRetryInterval is how often a node whose last snapshot failed
+// tries again: raft itself would wait for SnapshotThreshold new entries,
+// which an idle cluster never writes, and the node would stay unfit.
+const snapshotRetryInterval = 10 * time.Second
+
+// runSnapshots takes the snapshots logWritten asks for, and retries a
+// failed one, until the node shuts down.
+func (n *Node) runSnapshots() {
 	defer n.bgWG.Done()
+	retry := time.NewTicker(snapshotRetryInterval)
+	defer retry.Stop()
 	for {
 		select {
 		case <-n.bg.Done():
 			return
+		case <-retry.C:
+			if n.faults.snapshot.err() != nil {
+				n.retrySnapshot()
+			}
+			continue
 		case <-n.snapshotDue:
 		}
 		if n.logBytes.Load() >= n.cfg.SnapshotLogBytes {
@@ -365,6 +377,21 @@ func (n *Node) runSizeSnapshots() {
 			return
 		case <-time.After(sizeSnapshotPause):
 		}
+	}
+}
+
+// retrySnapshot takes a snapshot after a failed one. When raft finds
+// nothing new to snapshot, the last complete snapshot already covers the
+// whole state, so the failure no longer matters.
+func (n *Node) retrySnapshot() {
+	ctx, cancel := context.WithTimeout(n.bg, sizeSnapshotTimeout)
+	defer cancel()
+	err := n.WaitFuture(ctx, "snapshot retry", func(time.Duration) raft.Future { return n.raft.Snapshot() })
+	switch {
+	case errors.Is(err, raft.ErrNothingNewToSnapshot):
+		n.recordWrite(&n.faults.snapshot, nil)
+	case err != nil && n.bg.Err() == nil:
+		n.log.Warn("snapshot retry failed", "err", err)
 	}
 }
 

@@ -129,7 +129,7 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.bgWG.Add(2)
 	go n.fanOutLeadership()
-	go n.runSizeSnapshots()
+	go n.runSnapshots()
 	return n, nil
 }
 
