@@ -245,6 +245,9 @@ func (cl *Cluster) GRPCAddress() string { return cl.cfg.GRPCAdvertise }
 // IsLeader reports whether this node leads right now.
 func (cl *Cluster) IsLeader() bool { return cl.node.IsLeader() }
 
+// Fault is why this node is unfit to serve, or nil (raftnode.Node.Fault).
+func (cl *Cluster) Fault() error { return cl.node.Fault() }
+
 // AutopilotEnabled reports whether the leader runs autopilot.
 func (cl *Cluster) AutopilotEnabled() bool { return cl.cfg.Autopilot.Enabled }
 

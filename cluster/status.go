@@ -135,7 +135,9 @@ type Health struct {
 }
 
 // Health answers from this node: healthy when raft runs, the node has not
-// been removed, and a leader is known.
+// been removed, a leader is known, and the node is fit to serve
+// (raftnode.Node.Fault: its log and snapshot writes succeed, and as a
+// follower it is close behind the leader and in contact with it).
 func (cl *Cluster) Health() Health {
 	leaderID, _ := cl.node.Leader()
 	h := Health{
@@ -150,6 +152,10 @@ func (cl *Cluster) Health() Health {
 		h.Healthy, h.Reason = false, "this node was removed from the cluster"
 	case leaderID == "":
 		h.Healthy, h.Reason = false, "no raft leader is known (election in progress, no quorum, or the node has not joined a cluster)"
+	default:
+		if err := cl.node.Fault(); err != nil {
+			h.Healthy, h.Reason = false, "unfit to serve: "+err.Error()
+		}
 	}
 	return h
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // Defaults for Config. Raft's own defaults (1 s heartbeat and election
@@ -78,6 +80,21 @@ const (
 	// messages of a restore stream; a client that stalls longer is cut off
 	// and its partial upload deleted.
 	DefaultSnapshotRestoreIdleTimeout = 30 * time.Second
+	// DefaultLogCacheBytes bounds the in-memory cache of recent log
+	// entries by their size: 512 small offset commits are a few hundred KB,
+	// but 512 entries near the largest command would be gigabytes.
+	DefaultLogCacheBytes = 64 << 20
+	// DefaultSnapshotLogBytes is how many bytes of entries written to the
+	// log since the last snapshot make one due, whatever their count: a
+	// stream of large entries reaches it long before SnapshotThreshold.
+	DefaultSnapshotLogBytes = 256 << 20
+	// DefaultReadyMaxLag is how many entries a follower's applied index
+	// may trail the leader's commit index and still be ready to serve.
+	DefaultReadyMaxLag = 1024
+	// DefaultReadyMaxLastContact is how long a follower may go without
+	// hearing from the leader and still be ready: four heartbeat timeouts,
+	// as cluster.DefaultHealthyLastContact.
+	DefaultReadyMaxLastContact = 2 * time.Second
 )
 
 // minMaxSnapshotSize is the smallest MaxSnapshotSize: an empty state's
@@ -124,6 +141,24 @@ type Config struct {
 	// SnapshotRestoreIdleTimeout is the longest wait for the next message
 	// of a restore stream.
 	SnapshotRestoreIdleTimeout time.Duration
+	// LogCacheBytes bounds the cache of recent log entries by the bytes
+	// it holds (it also holds at most logCacheEntries entries).
+	LogCacheBytes int64
+	// SnapshotLogBytes: once this many bytes of entries were written to
+	// the log since the last snapshot, the node takes one, keeping fewer
+	// trailing entries when they are large (health.go).
+	SnapshotLogBytes int64
+	// ReadyMaxLag is how many entries a follower may be behind the
+	// leader's commit index before it stops being fit to serve (Fault).
+	ReadyMaxLag uint64
+	// ReadyMaxLastContact is how long a follower may go without hearing
+	// from a leader before it stops being fit to serve (Fault).
+	ReadyMaxLastContact time.Duration
+
+	// WrapLogStore, when set, wraps the bolt log store before the node's
+	// own layers (fault tracking, the cache): a test hook to inject write
+	// failures such as ENOSPC. Nil in production.
+	WrapLogStore func(raft.LogStore) raft.LogStore
 
 	// Logger receives the node's and raft's logs.
 	Logger *slog.Logger
@@ -145,6 +180,11 @@ func DefaultConfig() Config {
 		MaxSnapshotSize:    DefaultMaxSnapshotSize,
 
 		SnapshotRestoreIdleTimeout: DefaultSnapshotRestoreIdleTimeout,
+
+		LogCacheBytes:       DefaultLogCacheBytes,
+		SnapshotLogBytes:    DefaultSnapshotLogBytes,
+		ReadyMaxLag:         DefaultReadyMaxLag,
+		ReadyMaxLastContact: DefaultReadyMaxLastContact,
 
 		Logger: slog.Default(),
 	}
@@ -206,11 +246,32 @@ func (c Config) Validate() error {
 	if c.SnapshotRestoreIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("snapshot restore idle timeout %s: must be positive", c.SnapshotRestoreIdleTimeout))
 	}
+	if c.LogCacheBytes < minLogCacheBytes {
+		errs = append(errs, fmt.Errorf("raft log cache bytes %d: must be at least %d", c.LogCacheBytes, minLogCacheBytes))
+	}
+	if c.SnapshotLogBytes < minSnapshotLogBytes {
+		errs = append(errs, fmt.Errorf("raft snapshot log bytes %d: must be at least %d", c.SnapshotLogBytes, minSnapshotLogBytes))
+	}
+	if c.ReadyMaxLag == 0 {
+		errs = append(errs, errors.New("ready max lag 0: must be positive"))
+	}
+	if c.ReadyMaxLastContact < c.HeartbeatTimeout {
+		// Below it, the pauses between the leader's heartbeats (a tenth
+		// of the timeout, randomised) would make a healthy follower flap.
+		errs = append(errs, fmt.Errorf("ready max last contact %s: must be at least the heartbeat timeout %s", c.ReadyMaxLastContact, c.HeartbeatTimeout))
+	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("logger is required"))
 	}
 	return errors.Join(errs...)
 }
+
+// Lower bounds of the byte limits: below them the cache holds nothing
+// useful, and snapshots would follow one another.
+const (
+	minLogCacheBytes    = 64 << 10
+	minSnapshotLogBytes = 64 << 10
+)
 
 // ValidateAdvertise checks an address other nodes are to reach: a host
 // (not a wildcard) and a port other than 0. what names it in the error.

@@ -9,7 +9,10 @@
 // losing transitions (Node.SubscribeLeadership); snapshots of the whole
 // state can be opened and restored (snapshot.go); a cluster that lost its
 // quorum can be recovered offline (recover.go); the node exports Prometheus
-// metrics for the replica and the FSM's size.
+// metrics for the replica and the FSM's size. It says whether it is fit to
+// serve (Node.Fault, health.go: failing log or snapshot writes, lag behind
+// the leader, lost contact), and bounds its log by bytes: a byte-bounded
+// entry cache (logcache.go) and snapshots triggered by the bytes appended.
 //
 // Everything that involves other nodes by their gRPC address (formation,
 // joining, the node registry, membership changes, autopilot) is the

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 
@@ -19,6 +20,8 @@ type metrics struct {
 	restoreDuration         prometheus.Histogram
 	leadershipChanges       prometheus.Counter
 	applyErrors             *prometheus.CounterVec
+	writeErrors             *prometheus.CounterVec
+	sizeSnapshots           prometheus.Counter
 
 	lastSnapshotBytes atomic.Int64
 }
@@ -61,6 +64,14 @@ func newMetrics() *metrics {
 			Namespace: "cohort", Subsystem: "raft", Name: "apply_errors_total",
 			Help: "Node.Apply calls that failed before a result, by reason.",
 		}, []string{"reason"}),
+		writeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cohort", Subsystem: "raft", Name: "write_errors_total",
+			Help: "Failed writes of the raft log (append, delete) and of snapshots, by write.",
+		}, []string{"write"}),
+		sizeSnapshots: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cohort", Subsystem: "raft", Name: "size_triggered_snapshots_total",
+			Help: "Snapshots started because the log passed --raft-snapshot-log-bytes since the last one.",
+		}),
 	}
 }
 
@@ -71,6 +82,7 @@ type Collector struct {
 
 	state, term, commitIndex, appliedIndex, fsmAppliedIndex, lastIndex, lastSnapshotIndex,
 	lastSnapshotBytes, lastContact, voters, restores,
+	fault, logCacheBytes, logCacheEntries, logBytesSinceSnapshot,
 	topics, groups, members, offsets, nodes *prometheus.Desc
 }
 
@@ -81,36 +93,41 @@ func newCollector(n *Node) *Collector {
 		return prometheus.NewDesc(name, help, labels, prometheus.Labels{"node_id": n.id})
 	}
 	return &Collector{
-		n:                 n,
-		state:             d("cohort_raft_state", "1 for the node's current Raft state, 0 for the others.", "state"),
-		term:              d("cohort_raft_term", "Current Raft term."),
-		commitIndex:       d("cohort_raft_commit_index", "Highest log index known to be committed."),
-		appliedIndex:      d("cohort_raft_applied_index", "Highest log index handed to the FSM."),
-		fsmAppliedIndex:   d("cohort_fsm_applied_index", "Index of the last command the FSM applied (or its restored snapshot)."),
-		lastIndex:         d("cohort_raft_last_log_index", "Index of the last entry in the node's log."),
-		lastSnapshotIndex: d("cohort_raft_last_snapshot_index", "Index covered by the newest snapshot."),
-		lastSnapshotBytes: d("cohort_raft_last_snapshot_size_bytes", "Size of the last snapshot this node persisted."),
-		lastContact:       d("cohort_raft_last_contact_seconds", "Seconds since a follower last heard from the leader (0 on the leader)."),
-		voters:            d("cohort_raft_voters", "Voters in the latest Raft configuration."),
-		restores:          d("cohort_raft_restores_total", "FSM restores from a snapshot since start."),
-		topics:            d("cohort_fsm_topics", "Topics in the FSM."),
-		groups:            d("cohort_fsm_groups", "Consumer groups in the FSM."),
-		members:           d("cohort_fsm_members", "Group members in the FSM."),
-		offsets:           d("cohort_fsm_offsets", "Committed offsets in the FSM."),
-		nodes:             d("cohort_fsm_nodes", "Nodes in the FSM's node registry."),
+		n:                     n,
+		state:                 d("cohort_raft_state", "1 for the node's current Raft state, 0 for the others.", "state"),
+		term:                  d("cohort_raft_term", "Current Raft term."),
+		commitIndex:           d("cohort_raft_commit_index", "Highest log index known to be committed."),
+		appliedIndex:          d("cohort_raft_applied_index", "Highest log index handed to the FSM."),
+		fsmAppliedIndex:       d("cohort_fsm_applied_index", "Index of the last command the FSM applied (or its restored snapshot)."),
+		lastIndex:             d("cohort_raft_last_log_index", "Index of the last entry in the node's log."),
+		lastSnapshotIndex:     d("cohort_raft_last_snapshot_index", "Index covered by the newest snapshot."),
+		lastSnapshotBytes:     d("cohort_raft_last_snapshot_size_bytes", "Size of the last snapshot this node persisted."),
+		lastContact:           d("cohort_raft_last_contact_seconds", "Seconds since a follower last heard from the leader (0 on the leader)."),
+		voters:                d("cohort_raft_voters", "Voters in the latest Raft configuration."),
+		restores:              d("cohort_raft_restores_total", "FSM restores from a snapshot since start."),
+		fault:                 d("cohort_raft_fault", "1 when the node is unfit to serve for this reason (Node.Fault, /readyz), 0 otherwise.", "fault"),
+		logCacheBytes:         d("cohort_raft_log_cache_bytes", "Bytes of log entries held by the in-memory log cache (bound: --raft-log-cache-bytes)."),
+		logCacheEntries:       d("cohort_raft_log_cache_entries", "Log entries held by the in-memory log cache."),
+		logBytesSinceSnapshot: d("cohort_raft_log_bytes_since_snapshot", "Bytes appended to the log since the last snapshot (a snapshot is due at --raft-snapshot-log-bytes)."),
+		topics:                d("cohort_fsm_topics", "Topics in the FSM."),
+		groups:                d("cohort_fsm_groups", "Consumer groups in the FSM."),
+		members:               d("cohort_fsm_members", "Group members in the FSM."),
+		offsets:               d("cohort_fsm_offsets", "Committed offsets in the FSM."),
+		nodes:                 d("cohort_fsm_nodes", "Nodes in the FSM's node registry."),
 	}
 }
 
 func (c *Collector) histograms() []prometheus.Collector {
 	m := c.n.metrics
 	return []prometheus.Collector{m.applyLatency, m.commitLatency, m.snapshotPersistDuration, m.snapshotSize,
-		m.restoreDuration, m.leadershipChanges, m.applyErrors}
+		m.restoreDuration, m.leadershipChanges, m.applyErrors, m.writeErrors, m.sizeSnapshots}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.state, c.term, c.commitIndex, c.appliedIndex, c.fsmAppliedIndex,
 		c.lastIndex, c.lastSnapshotIndex, c.lastSnapshotBytes, c.lastContact, c.voters, c.restores,
+		c.fault, c.logCacheBytes, c.logCacheEntries, c.logBytesSinceSnapshot,
 		c.topics, c.groups, c.members, c.offsets, c.nodes} {
 		ch <- d
 	}
@@ -150,6 +167,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.voters, float64(n.voterCount()))
 	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(n.adapter.restores.Load()))
+	fault := n.Fault()
+	for _, f := range []struct {
+		name string
+		err  error
+	}{{"log_write", ErrLogWriteFailing}, {"snapshot", ErrSnapshotFailing}, {"lag", ErrLagging}, {"leader_contact", ErrNoLeaderContact}} {
+		v := 0.0
+		if errors.Is(fault, f.err) {
+			v = 1
+		}
+		gauge(c.fault, v, f.name)
+	}
+	entries, bytes := n.logCache.stats()
+	gauge(c.logCacheBytes, float64(bytes))
+	gauge(c.logCacheEntries, float64(entries))
+	gauge(c.logBytesSinceSnapshot, float64(max(n.logBytes.Load(), 0)))
 	fs := n.fsm.Stats()
 	gauge(c.topics, float64(fs.Topics))
 	gauge(c.groups, float64(fs.Groups))

@@ -34,6 +34,10 @@ func TestConfig_Validate(t *testing.T) {
 		{"lease above heartbeat", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, "leader lease timeout"},
 		{"election below heartbeat", func(c *Config) { c.HeartbeatTimeout = time.Second; c.ElectionTimeout = 600 * time.Millisecond }, "election timeout"},
 		{"max append too large", func(c *Config) { c.MaxAppendEntries = 2048 }, "max append entries 2048"},
+		{"log cache bytes too small", func(c *Config) { c.LogCacheBytes = 1000 }, "raft log cache bytes 1000: must be at least 65536"},
+		{"snapshot log bytes too small", func(c *Config) { c.SnapshotLogBytes = 0 }, "raft snapshot log bytes 0: must be at least 65536"},
+		{"ready max lag 0", func(c *Config) { c.ReadyMaxLag = 0 }, "ready max lag 0"},
+		{"ready last contact below heartbeat", func(c *Config) { c.ReadyMaxLastContact = 100 * time.Millisecond }, "ready max last contact 100ms: must be at least the heartbeat timeout 500ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

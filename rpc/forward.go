@@ -52,6 +52,9 @@ func ServerKeepalive() grpc.ServerOption {
 type Leadership interface {
 	IsLeader() bool
 	LeaderGRPCAddress() string
+	// Fault is why this node is unfit to serve (raftnode.Node.Fault), or
+	// nil: a faulty node serves no stale read itself.
+	Fault() error
 }
 
 // Forwarder brings every call that the leader must serve to the leader:
@@ -131,16 +134,28 @@ func (f *Forwarder) forwards(fullMethod string) bool {
 }
 
 // route decides where a call is served: here (this node leads, or the
-// request accepts a stale read), or at the returned leader address. It
-// refuses with NOT_LEADER when no leader is known or the call was already
-// forwarded once.
+// request accepts a stale read and this node is fit to serve), or at the
+// returned leader address. A stale read on a faulty node (a failing disk,
+// far behind, cut off from the leader) goes to the leader like any other
+// call, so that it does not answer from state it cannot keep up to date.
+// It refuses with NOT_LEADER when no leader is known or the call was
+// already forwarded once.
 func (f *Forwarder) route(ctx context.Context, req any) (leader string, here bool, err error) {
 	leader = f.node.LeaderGRPCAddress()
 	if leader != "" {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(LeaderHeader, leader))
 	}
-	if (req != nil && coordinator.AllowsStaleRead(req)) || f.node.IsLeader() {
+	if f.node.IsLeader() {
 		return leader, true, nil
+	}
+	var fault error
+	if req != nil && coordinator.AllowsStaleRead(req) {
+		if fault = f.node.Fault(); fault == nil {
+			return leader, true, nil
+		}
+	}
+	if fault != nil && (forwarded(ctx) || leader == "") {
+		return "", false, toStatus(errcode.Errorf(errcode.NotLeader, "this node does not serve stale reads while it is unfit (%v), and cannot reach a leader (leader now: %q); retry another node", fault, leader))
 	}
 	if forwarded(ctx) {
 		return "", false, toStatus(errcode.Errorf(errcode.NotLeader, "a node forwarded this request here, but this node does not lead (leader now: %q)", leader))

@@ -23,10 +23,12 @@ import (
 type fixedLeadership struct {
 	leading bool
 	leader  string
+	fault   error
 }
 
 func (l fixedLeadership) IsLeader() bool            { return l.leading }
 func (l fixedLeadership) LeaderGRPCAddress() string { return l.leader }
+func (l fixedLeadership) Fault() error              { return l.fault }
 
 func TestForwarder_Unary_RoutesByLeadership(t *testing.T) {
 	served := errors.New("served here")
@@ -182,5 +184,34 @@ func TestClientHost_ForwardedAddressIsBounded(t *testing.T) {
 		if got := ClientHost(ctx); got != tc.want {
 			t.Errorf("forwarded %.40q: client host %.40q, want %q", tc.forwarded, got, tc.want)
 		}
+	}
+}
+
+func TestForwarder_StaleRead_ServedHereOnlyWhenFit(t *testing.T) {
+	served := errors.New("served here")
+	handler := func(context.Context, any) (any, error) { return nil, served }
+	method := cohortv1.GroupCoordinator_ListGroups_FullMethodName
+	stale := &cohortv1.ListGroupsRequest{AllowStale: true}
+	call := func(l Leadership) error {
+		f := NewForwarder(l, Services, localClusterMethods, slog.New(slog.DiscardHandler))
+		defer f.Close()
+		_, err := f.UnaryInterceptor(context.Background(), stale, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+		return err
+	}
+	if err := call(fixedLeadership{leader: "127.0.0.1:1"}); err != served {
+		t.Errorf("stale read on a fit follower: %v, want it served here", err)
+	}
+	diskFull := errors.New("raft log store writes are failing: no space left on device")
+	// Sent to the (unreachable) leader instead of answered here.
+	err := call(fixedLeadership{leader: "127.0.0.1:1", fault: diskFull})
+	if err == served || Reason(err) != "NOT_LEADER" || !strings.Contains(err.Error(), "forwarding to leader 127.0.0.1:1") {
+		t.Errorf("stale read on a faulty follower: %v, want it forwarded to the leader", err)
+	}
+	err = call(fixedLeadership{fault: diskFull})
+	if status.Code(err) != codes.Unavailable || Reason(err) != "NOT_LEADER" || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("stale read on a faulty follower without a leader: %v, want Unavailable NOT_LEADER naming the fault", err)
+	}
+	if err := call(fixedLeadership{leading: true, fault: diskFull}); err != served {
+		t.Errorf("read on the leader: %v, want it served here", err)
 	}
 }

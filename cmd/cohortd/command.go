@@ -91,6 +91,10 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.IntVar(&r.MaxAppendEntries, "raft-max-append-entries", r.MaxAppendEntries, "largest batch of entries per AppendEntries RPC (max 1024)")
 	f.Int64Var(&r.MaxSnapshotSize, "max-snapshot-size", r.MaxSnapshotSize, "largest snapshot (bytes) a restore accepts; the leader buffers it in the data dir first")
 	f.DurationVar(&r.SnapshotRestoreIdleTimeout, "snapshot-restore-idle-timeout", r.SnapshotRestoreIdleTimeout, "a snapshot restore stream that sends nothing for this long is ended (nothing changes)")
+	f.Int64Var(&r.LogCacheBytes, "raft-log-cache-bytes", r.LogCacheBytes, "bytes of recent log entries kept in memory (at most 512 entries)")
+	f.Int64Var(&r.SnapshotLogBytes, "raft-snapshot-log-bytes", r.SnapshotLogBytes, "bytes appended to the log since the last snapshot that make a snapshot due, whatever their count")
+	f.Uint64Var(&r.ReadyMaxLag, "ready-max-lag", r.ReadyMaxLag, "a follower further behind the leader's commit index (entries) is not ready: /readyz 503, unhealthy, no local stale reads")
+	f.DurationVar(&r.ReadyMaxLastContact, "ready-max-last-contact", r.ReadyMaxLastContact, "a follower that has not heard from the leader for longer is not ready")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
 	cd := coordinator.DefaultConfig()
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
@@ -277,8 +281,9 @@ func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	// /readyz: a leader is known and this node's FSM has applied what it
-	// knows to be committed.
+	// /readyz: a leader is known, the node is fit to serve (raftnode's
+	// Fault: its disk writes succeed, and as a follower it keeps up with
+	// the leader) and its FSM has applied what it knows to be committed.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if ok, reason := node.Ready(); !ok {

@@ -33,6 +33,11 @@ func TestFlags_CommandLineBeatsEnvironmentBeatsDefault(t *testing.T) {
 		"join":                   "[a:1,b:2]",
 		"raft-heartbeat-timeout": (300 * time.Millisecond).String(),
 		"bootstrap-expect":       "3",
+		// Readiness and log bounds, at their documented defaults.
+		"ready-max-lag":           "1024",
+		"ready-max-last-contact":  "2s",
+		"raft-log-cache-bytes":    "67108864",
+		"raft-snapshot-log-bytes": "268435456",
 	} {
 		if got := get(flag); got != want {
 			t.Errorf("--%s = %q, want %q", flag, got, want)

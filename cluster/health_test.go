@@ -1,0 +1,90 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
+	"github.com/cohortlabs/cohort/raftnode"
+)
+
+// flakyLogStore fails every append with ENOSPC while failing is set, as
+// bolt does on a full disk.
+type flakyLogStore struct {
+	raft.LogStore
+	failing atomic.Bool
+}
+
+func (s *flakyLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+func (s *flakyLogStore) StoreLogs(logs []*raft.Log) error {
+	if s.failing.Load() {
+		return &fs.PathError{Op: "write", Path: "raft.db", Err: syscall.ENOSPC}
+	}
+	return s.LogStore.StoreLogs(logs)
+}
+
+func TestMultiNode_FollowerDiskFails_UnhealthyWithReasonAndStaleReadsGoToLeader(t *testing.T) {
+	stores := make([]*flakyLogStore, 3)
+	c := testcluster.Start(t, 3, testcluster.Options{
+		Coordinator: testcluster.DefaultCoordinator(),
+		Raft: func(i int, rc *raftnode.Config) {
+			rc.WrapLogStore = func(s raft.LogStore) raft.LogStore {
+				stores[i] = &flakyLogStore{LogStore: s}
+				return stores[i]
+			}
+		},
+	})
+	leader := c.WaitServing()
+	fi := follower(c, leader)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	health := func() (*cohortv1.HealthResponse, string) {
+		h, err := cohortv1.NewClusterServiceClient(c.Conn(fi)).Health(ctx, &cohortv1.HealthRequest{})
+		if err != nil {
+			t.Fatalf("Health on %s: %v", c.Nodes[fi].ID, err)
+		}
+		return h, fmt.Sprintf("healthy %t, reason %q", h.GetHealthy(), h.GetReason())
+	}
+	waitFor(t, 20*time.Second, "the follower to be healthy", func() (bool, string) {
+		h, s := health()
+		return h.GetHealthy(), s
+	})
+
+	stores[fi].failing.Store(true)
+	if _, err := c.Topics(leader).CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "after-failure", Partitions: 1}); err != nil {
+		t.Fatalf("create a topic while a follower's disk fails: %v", err)
+	}
+	waitFor(t, 20*time.Second, "Health to name the follower's failing disk", func() (bool, string) {
+		h, s := health()
+		return !h.GetHealthy() && strings.Contains(h.GetReason(), "no space left on device"), s
+	})
+	// The follower could not store the topic; a stale read through it is
+	// answered by the leader, which has it.
+	resp, err := c.Topics(fi).ListTopics(ctx, &cohortv1.ListTopicsRequest{AllowStale: true})
+	if err != nil {
+		t.Fatalf("stale read on the faulty follower: %v", err)
+	}
+	var names []string
+	for _, tp := range resp.GetTopics() {
+		names = append(names, tp.GetTopic())
+	}
+	if !strings.Contains(strings.Join(names, ","), "after-failure") {
+		t.Fatalf("stale read on the faulty follower listed %v: served from its own state, not the leader's", names)
+	}
+
+	stores[fi].failing.Store(false)
+	waitFor(t, 60*time.Second, "the follower to be healthy again", func() (bool, string) {
+		h, s := health()
+		return h.GetHealthy(), s
+	})
+}
