@@ -250,14 +250,16 @@ func (cl *Cluster) checkCaughtUp(ctx context.Context, s raft.Server) error {
 }
 
 // AddVoter adds a server as a non-voter, waits (bounded by ctx) until it
-// has caught up, and promotes it. One that does not catch up in time stays
-// a non-voter and the error says how far behind it is.
+// has caught up, and promotes it. A server this call added that does not
+// catch up in time is removed again, so a failed AddVoter leaves the
+// configuration as it was; the error says how far behind it was.
 func (cl *Cluster) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) (ChangeResult, error) {
 	c, err := cl.node.LeaderConfiguration()
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	if s, ok := findServer(c, id); ok && s.Suffrage == raft.Voter {
+	s, existed := findServer(c, id)
+	if existed && s.Suffrage == raft.Voter {
 		if string(s.Address) != raftAddr && raftAddr != "" {
 			return ChangeResult{}, errcode.Errorf(errcode.ConfigurationConflict, "server %s is already a voter at %s, not %s", id, s.Address, raftAddr)
 		}
@@ -266,10 +268,14 @@ func (cl *Cluster) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) 
 	if _, err := cl.AddNonvoter(ctx, id, raftAddr, grpcAddr); err != nil {
 		return ChangeResult{}, err
 	}
+	// Stop waiting early enough to undo the add and answer before the
+	// caller's deadline.
+	wait, stop := catchUpContext(ctx)
+	defer stop()
 	tick := time.NewTicker(addVoterPoll)
 	defer tick.Stop()
 	for {
-		res, err := cl.Promote(ctx, id)
+		res, err := cl.Promote(wait, id)
 		if err == nil {
 			res.Message = fmt.Sprintf("added %s at %s: non-voter until caught up, then promoted to voter", id, raftAddr)
 			return res, nil
@@ -278,12 +284,57 @@ func (cl *Cluster) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) 
 			return ChangeResult{}, err
 		}
 		select {
-		case <-ctx.Done():
-			return ChangeResult{}, fmt.Errorf("%w; %s stays a non-voter (promote it when it has caught up)", err, id)
+		case <-wait.Done():
+			if existed || ctx.Err() == context.Canceled {
+				return ChangeResult{}, lagging(err, "%s stays a non-voter (promote it when it has caught up)", id)
+			}
+			return ChangeResult{}, cl.undoAdd(ctx, id, err)
 		case <-tick.C:
 		}
 	}
 }
+
+// catchUpContext is how long AddVoter waits for a server to catch up: up
+// to the caller's deadline less a reserve (a quarter of the time, at most
+// undoAddTimeout) for removing it again and answering.
+func catchUpContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	reserve := min(time.Until(dl)/4, undoAddTimeout)
+	return context.WithDeadline(ctx, dl.Add(-reserve))
+}
+
+// undoAdd removes a non-voter AddVoter added that did not catch up (why),
+// within the caller's deadline if it has one, else undoAddTimeout.
+func (cl *Cluster) undoAdd(parent context.Context, id string, why error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), undoAddTimeout)
+	if dl, ok := parent.Deadline(); ok {
+		cancel()
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(parent), dl)
+	}
+	defer cancel()
+	if _, err := cl.RemoveServer(ctx, id, false); err != nil {
+		return lagging(why, "removing %s again failed, it stays a non-voter: %v", id, err)
+	}
+	cl.log.Info("removed a server add-voter added that did not catch up", "server", id)
+	return lagging(why, "%s did not catch up before the call's deadline and was removed again: the configuration is as it was", id)
+}
+
+// lagging is the SERVER_LAGGING refusal why, with what became of the server
+// added to its message (the message is what reaches the caller).
+func lagging(why error, format string, args ...any) error {
+	msg := why.Error()
+	var pe *errcode.ProtocolError
+	if errors.As(why, &pe) {
+		msg = pe.Msg
+	}
+	return errcode.Errorf(errcode.ServerLagging, "%s; %s", msg, fmt.Sprintf(format, args...))
+}
+
+// undoAddTimeout bounds removing a server AddVoter added in vain.
+const undoAddTimeout = 10 * time.Second
 
 // Demote makes a voter a non-voter. Demoting this node (the leader) hands
 // leadership over first and returns ErrLeadershipMoved.

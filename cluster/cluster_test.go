@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -246,5 +247,29 @@ func TestMultiNode_Membership_JoinPromoteDemoteRemove_IdempotentAndSafe(t *testi
 	}
 	if len(st.GetServers()) != 4 || st.GetLeaderId() != c.Nodes[leader].ID {
 		t.Fatalf("status: %v", st)
+	}
+}
+
+// add-voter of a server that never catches up (nothing answers at its
+// address) fails when the call's deadline passes and leaves the
+// configuration as it was, instead of a non-voter that never catches up.
+func TestMultiNode_AddVoterNeverCatchesUp_RemovedAgain(t *testing.T) {
+	c := start(t, 3, nil)
+	leader := c.Leader()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := dead.Addr().String()
+	dead.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	cl := cohortv1.NewClusterServiceClient(c.Conn(leader))
+	_, err = cl.AddVoter(ctx, &cohortv1.AddVoterRequest{NodeId: "ghost", RaftAddress: addr, GrpcAddress: addr})
+	if err == nil || !strings.Contains(err.Error(), "removed again") {
+		t.Fatalf("add-voter of a dead server: %v, want an error saying it was removed again", err)
+	}
+	if _, ok := suffrage(t, c.Nodes[c.Leader()].Node, "ghost"); ok {
+		t.Fatal("the server add-voter could not promote is still in the configuration")
 	}
 }
