@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/testcluster"
@@ -68,6 +69,18 @@ func TestMultiNode_FollowerDiskFails_UnhealthyWithReasonAndStaleReadsGoToLeader(
 		h, s := health()
 		return !h.GetHealthy() && strings.Contains(h.GetReason(), "no space left on device"), s
 	})
+	// The standard gRPC health service says the same.
+	grpcHealth := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := healthpb.NewHealthClient(c.Conn(fi)).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("grpc.health.v1 Check on %s: %v", c.Nodes[fi].ID, err)
+		}
+		return r.GetStatus()
+	}
+	waitFor(t, 10*time.Second, "grpc.health.v1 to say NOT_SERVING", func() (bool, string) {
+		st := grpcHealth()
+		return st == healthpb.HealthCheckResponse_NOT_SERVING, st.String()
+	})
 	// The follower could not store the topic; a stale read through it is
 	// answered by the leader, which has it.
 	resp, err := c.Topics(fi).ListTopics(ctx, &cohortv1.ListTopicsRequest{AllowStale: true})
@@ -86,5 +99,9 @@ func TestMultiNode_FollowerDiskFails_UnhealthyWithReasonAndStaleReadsGoToLeader(
 	waitFor(t, 60*time.Second, "the follower to be healthy again", func() (bool, string) {
 		h, s := health()
 		return h.GetHealthy(), s
+	})
+	waitFor(t, 10*time.Second, "grpc.health.v1 to say SERVING again", func() (bool, string) {
+		st := grpcHealth()
+		return st == healthpb.HealthCheckResponse_SERVING, st.String()
 	})
 }

@@ -110,6 +110,10 @@ func (s *TopicsServer) AddPartitions(ctx context.Context, r *cohortv1.AddPartiti
 	return &cohortv1.AddPartitionsResponse{}, nil
 }
 
+// HealthServices are the names the gRPC health service answers for: the
+// node as a whole ("") and each API service.
+var HealthServices = []string{"", cohortv1.ClusterService_ServiceDesc.ServiceName, cohortv1.GroupCoordinator_ServiceDesc.ServiceName, cohortv1.Topics_ServiceDesc.ServiceName}
+
 // Services are the services whose calls followers forward to the leader
 // (except localClusterMethods).
 var Services = []string{
@@ -165,7 +169,7 @@ func (s *Server) Register(gs *grpc.Server) {
 	cohortv1.RegisterClusterServiceServer(gs, s.cluster)
 	healthpb.RegisterHealthServer(gs, s.Health)
 	reflection.Register(gs)
-	for _, svc := range []string{"", cohortv1.ClusterService_ServiceDesc.ServiceName, cohortv1.GroupCoordinator_ServiceDesc.ServiceName, cohortv1.Topics_ServiceDesc.ServiceName} {
+	for _, svc := range HealthServices {
 		s.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	s.Metrics.InitializeMetrics(gs)

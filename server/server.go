@@ -13,10 +13,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
@@ -113,10 +115,14 @@ func Start(cfg Config) (*Server, error) {
 	}
 	sub := node.SubscribeLeadership()
 	leading := make(chan bool)
-	s.done.Add(3)
+	s.done.Add(4)
 	go func() {
 		defer s.done.Done()
 		forwardLeadership(ctx, sub, leading)
+	}()
+	go func() {
+		defer s.done.Done()
+		s.followReadiness(ctx)
 	}()
 	go func() {
 		defer s.done.Done()
@@ -130,6 +136,39 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// readinessPoll is how often the gRPC health service is brought in line
+// with the node's readiness.
+const readinessPoll = time.Second
+
+// followReadiness makes the standard gRPC health service (grpc.health.v1,
+// what gRPC load balancers and probes ask) say what /readyz says: SERVING
+// only while the node is ready (raftnode.Node.Ready: a leader known, no
+// failing log or snapshot writes, not lagging).
+func (s *Server) followReadiness(ctx context.Context) {
+	t := time.NewTicker(readinessPoll)
+	defer t.Stop()
+	was := true
+	for {
+		ok, reason := s.Node.Ready()
+		if ok != was {
+			status := healthpb.HealthCheckResponse_NOT_SERVING
+			if ok {
+				status = healthpb.HealthCheckResponse_SERVING
+			}
+			for _, svc := range rpc.HealthServices {
+				s.Health.SetServingStatus(svc, status)
+			}
+			s.log.Info("gRPC health follows readiness", "serving", ok, "reason", reason)
+			was = ok
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Addr is the gRPC address the node serves on.
