@@ -4,17 +4,19 @@
 # package's testdata/fuzz/<Target>/, where `make test` runs them as plain
 # tests.
 #
-#   scripts/fuzz.sh <package dir> [fuzztime]     e.g. scripts/fuzz.sh ./rpc 5m
+#   scripts/fuzz.sh <package dir> [fuzztime] [target regexp]
+#   e.g. scripts/fuzz.sh ./rpc 5m '^FuzzCluster'
 #
 # Targets run one after the other, one worker each (-parallel 1) and at low
 # priority, so the machine stays usable.
 set -euo pipefail
 pkg=${1:?package dir, e.g. ./rpc}
 fuzztime=${2:-5m}
+match=${3:-^Fuzz}
 go=${GO:-go}
 import=$($go list "$pkg")
 cache="$($go env GOCACHE)/fuzz/$import"
-targets=$($go test -list '^Fuzz' "$pkg" | grep '^Fuzz')
+targets=$($go test -list "$match" "$pkg" | grep '^Fuzz')
 for t in $targets; do
 	echo "== $t for $fuzztime"
 	nice -n 19 $go test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -parallel 1 2>&1 | tail -3
