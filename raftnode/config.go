@@ -95,6 +95,17 @@ const (
 	// hearing from the leader and still be ready: four heartbeat timeouts,
 	// as cluster.DefaultHealthyLastContact.
 	DefaultReadyMaxLastContact = 2 * time.Second
+	// DefaultMaxConns bounds the inbound connections to the Raft port. A
+	// peer opens at most DefaultTransportMaxPool pooled connections plus
+	// one for pipelined replication and one per snapshot install, so 256
+	// leaves room for dozens of peers while capping the transport's
+	// buffers (about 260 KiB per connection) near 65 MiB.
+	DefaultMaxConns = 256
+	// DefaultIdleTimeout closes an inbound Raft connection on which the
+	// peer sent nothing for this long. Peers in use send at least a
+	// heartbeat every HeartbeatTimeout/10; outbound connections idle for
+	// half of it are re-dialled before reuse (see streamLayer).
+	DefaultIdleTimeout = time.Minute
 )
 
 // minMaxSnapshotSize is the smallest MaxSnapshotSize: an empty state's
@@ -159,6 +170,13 @@ type Config struct {
 	// own layers (fault tracking, the cache): a test hook to inject write
 	// failures such as ENOSPC. Nil in production.
 	WrapLogStore func(raft.LogStore) raft.LogStore
+	// MaxConns bounds the inbound connections to the Raft port; more are
+	// closed as soon as they are accepted.
+	MaxConns int
+	// IdleTimeout closes an inbound Raft connection that received nothing
+	// for this long. At least 10× the heartbeat timeout, so a connection
+	// in use is never cut.
+	IdleTimeout time.Duration
 
 	// Logger receives the node's and raft's logs.
 	Logger *slog.Logger
@@ -185,6 +203,9 @@ func DefaultConfig() Config {
 		SnapshotLogBytes:    DefaultSnapshotLogBytes,
 		ReadyMaxLag:         DefaultReadyMaxLag,
 		ReadyMaxLastContact: DefaultReadyMaxLastContact,
+
+		MaxConns:    DefaultMaxConns,
+		IdleTimeout: DefaultIdleTimeout,
 
 		Logger: slog.Default(),
 	}
@@ -259,6 +280,12 @@ func (c Config) Validate() error {
 		// Below it, the pauses between the leader's heartbeats (a tenth
 		// of the timeout, randomised) would make a healthy follower flap.
 		errs = append(errs, fmt.Errorf("ready max last contact %s: must be at least the heartbeat timeout %s", c.ReadyMaxLastContact, c.HeartbeatTimeout))
+	}
+	if c.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("raft max conns %d: must be at least 1", c.MaxConns))
+	}
+	if c.IdleTimeout < 10*c.HeartbeatTimeout {
+		errs = append(errs, fmt.Errorf("raft idle timeout %s: must be at least 10× the heartbeat timeout %s (%s)", c.IdleTimeout, c.HeartbeatTimeout, 10*c.HeartbeatTimeout))
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("logger is required"))

@@ -83,7 +83,8 @@ type Collector struct {
 	state, term, commitIndex, appliedIndex, fsmAppliedIndex, lastIndex, lastSnapshotIndex,
 	lastSnapshotBytes, lastContact, voters, restores,
 	fault, logCacheBytes, logCacheEntries, logBytesSinceSnapshot,
-	topics, groups, members, offsets, nodes *prometheus.Desc
+	topics, groups, members, offsets, nodes,
+	raftConns, raftConnsRefused, raftConnsIdleClosed *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -114,6 +115,10 @@ func newCollector(n *Node) *Collector {
 		members:               d("cohort_fsm_members", "Group members in the FSM."),
 		offsets:               d("cohort_fsm_offsets", "Committed offsets in the FSM."),
 		nodes:                 d("cohort_fsm_nodes", "Nodes in the FSM's node registry."),
+		raftConns:             d("cohort_raft_inbound_connections", "Inbound connections open on the Raft port (at most --raft-max-conns)."),
+		raftConnsRefused:      d("cohort_raft_inbound_connections_refused_total", "Inbound Raft connections closed at accept because --raft-max-conns were open."),
+		raftConnsIdleClosed: d("cohort_raft_inbound_connections_idle_closed_total",
+			"Inbound Raft connections closed after --raft-idle-timeout without a byte from the peer."),
 	}
 }
 
@@ -128,7 +133,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.state, c.term, c.commitIndex, c.appliedIndex, c.fsmAppliedIndex,
 		c.lastIndex, c.lastSnapshotIndex, c.lastSnapshotBytes, c.lastContact, c.voters, c.restores,
 		c.fault, c.logCacheBytes, c.logCacheEntries, c.logBytesSinceSnapshot,
-		c.topics, c.groups, c.members, c.offsets, c.nodes} {
+		c.topics, c.groups, c.members, c.offsets, c.nodes, c.raftConns, c.raftConnsRefused, c.raftConnsIdleClosed} {
 		ch <- d
 	}
 	for _, h := range c.histograms() {
@@ -188,6 +193,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.members, float64(fs.Members))
 	gauge(c.offsets, float64(fs.Offsets))
 	gauge(c.nodes, float64(fs.Nodes))
+	gauge(c.raftConns, float64(n.stream.OpenConns()))
+	ch <- prometheus.MustNewConstMetric(c.raftConnsRefused, prometheus.CounterValue, float64(n.stream.RefusedConns()))
+	ch <- prometheus.MustNewConstMetric(c.raftConnsIdleClosed, prometheus.CounterValue, float64(n.stream.IdleClosedConns()))
 	for _, h := range c.histograms() {
 		h.Collect(ch)
 	}

@@ -50,6 +50,7 @@ type Node struct {
 
 	raft      *raft.Raft
 	transport *commitObservingTransport
+	stream    *streamLayer
 	store     *raftboltdb.BoltStore
 	logCache  *byteLogCache
 
@@ -160,16 +161,18 @@ func (n *Node) open() error {
 			return fmt.Errorf("resolve raft advertise address %q: %w", cfg.RaftAdvertise, err)
 		}
 	}
-	tcp, err := raft.NewTCPTransportWithConfig(cfg.RaftBind, advertise, &raft.NetworkTransportConfig{
+	stream, err := newStreamLayer(cfg.RaftBind, advertise, cfg.MaxConns, cfg.IdleTimeout, n.log)
+	if err != nil {
+		return fmt.Errorf("listen for raft on %s: %w", cfg.RaftBind, err)
+	}
+	tcp := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  stream,
 		Logger:  hlog.Named("transport"),
 		MaxPool: DefaultTransportMaxPool,
 		Timeout: DefaultTransportTimeout,
 	})
-	if err != nil {
-		return fmt.Errorf("listen for raft on %s: %w", cfg.RaftBind, err)
-	}
 	transport := newCommitObservingTransport(tcp, &n.leaderCommit)
-	n.transport = transport
+	n.transport, n.stream = transport, stream
 	n.cfg.RaftAdvertise = string(transport.LocalAddr())
 
 	n.hadState, err = raft.HasExistingState(store, store, snaps)

@@ -38,6 +38,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"snapshot log bytes too small", func(c *Config) { c.SnapshotLogBytes = 0 }, "raft snapshot log bytes 0: must be at least 65536"},
 		{"ready max lag 0", func(c *Config) { c.ReadyMaxLag = 0 }, "ready max lag 0"},
 		{"ready last contact below heartbeat", func(c *Config) { c.ReadyMaxLastContact = 100 * time.Millisecond }, "ready max last contact 100ms: must be at least the heartbeat timeout 500ms"},
+		{"no raft connections", func(c *Config) { c.MaxConns = 0 }, "raft max conns 0"},
+		{"idle timeout under 10 heartbeats", func(c *Config) { c.IdleTimeout = time.Second }, "raft idle timeout 1s: must be at least 10× the heartbeat timeout 500ms (5s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -95,6 +95,8 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.Int64Var(&r.SnapshotLogBytes, "raft-snapshot-log-bytes", r.SnapshotLogBytes, "bytes appended to the log since the last snapshot that make a snapshot due, whatever their count")
 	f.Uint64Var(&r.ReadyMaxLag, "ready-max-lag", r.ReadyMaxLag, "a follower further behind the leader's commit index (entries) is not ready: /readyz 503, unhealthy, no local stale reads")
 	f.DurationVar(&r.ReadyMaxLastContact, "ready-max-last-contact", r.ReadyMaxLastContact, "a follower that has not heard from the leader for longer is not ready")
+	f.IntVar(&r.MaxConns, "raft-max-conns", r.MaxConns, "inbound connections the Raft port keeps open at once; more are closed when accepted")
+	f.DurationVar(&r.IdleTimeout, "raft-idle-timeout", r.IdleTimeout, "close an inbound Raft connection after this long without a byte from the peer (at least 10× --raft-heartbeat-timeout)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
 	cd := coordinator.DefaultConfig()
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")

@@ -114,3 +114,21 @@ func TestFlags_SnapshotRestoreLimits(t *testing.T) {
 		}
 	}
 }
+
+// The limits' flags exist with their documented defaults (docs/operations.md, Limits).
+func TestFlags_LimitDefaults(t *testing.T) {
+	cmd := newRootCommand()
+	for flag, want := range map[string]string{
+		"raft-max-conns":    "256",
+		"raft-idle-timeout": time.Minute.String(),
+	} {
+		fl := cmd.Flags().Lookup(flag)
+		if fl == nil {
+			t.Errorf("no flag --%s", flag)
+			continue
+		}
+		if fl.DefValue != want {
+			t.Errorf("--%s default %q, want %q", flag, fl.DefValue, want)
+		}
+	}
+}
