@@ -23,6 +23,13 @@ import (
 // address.
 const LeaderHeader = "cohort-leader"
 
+// MaxRecvMsgSize is the largest answer a Conn accepts: the largest a node
+// sends (cohortd --grpc-max-send-bytes, 1 GiB by default). gRPC's own
+// default, 4 MiB, is below answers the replicated budgets allow (a
+// JoinGroup answer carries up to 8 MiB of member metadata). DialOptions
+// given in the config are applied after it and may lower it.
+const MaxRecvMsgSize = 1 << 30
+
 // Conn is a gRPC connection to a Cohort cluster over a list of endpoints.
 // It implements grpc.ClientConnInterface, so the generated clients work on
 // it directly (Conn.Groups, Conn.Topics), and every call through it:
@@ -62,7 +69,10 @@ func Dial(cfg ConnConfig) (*Conn, error) {
 		return nil, fmt.Errorf("cohort: invalid connection config: %w", err)
 	}
 	cfg.Endpoints = slices.Clone(cfg.Endpoints)
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
+	}, cfg.DialOptions...)
 	return &Conn{
 		cfg:      cfg,
 		dial:     dial,

@@ -42,12 +42,6 @@ const (
 	forwardPingTimeout  = 2 * time.Second
 )
 
-// ServerKeepalive lets peers ping as often as the forwarder does; gRPC's
-// default policy would answer such pings with GOAWAY.
-func ServerKeepalive() grpc.ServerOption {
-	return grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: forwardPingInterval / 2, PermitWithoutStream: true})
-}
-
 // Leadership is what forwarding needs to know about the Raft node.
 type Leadership interface {
 	IsLeader() bool
@@ -86,10 +80,11 @@ func NewForwarder(node Leadership, services, local []string, log *slog.Logger, d
 	// Pings on the node-to-node connections: after a partition heals, a
 	// connection whose peer vanished would otherwise hang forwarded calls
 	// until TCP gives up (10–15 s seen by the chaos suite). Servers accept
-	// pings this often (ServerKeepalive).
+	// pings this often (Limits.KeepaliveMinTime). The leader's answers
+	// are relayed whole, so they are received up to what a node may send.
 	dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
-	}))
+	}), clientCallOptions())
 	f := &Forwarder{node: node, services: services, local: map[string]bool{}, dialOpts: dialOpts, log: log, conns: map[string]*grpc.ClientConn{}}
 	for _, m := range local {
 		f.local[m] = true

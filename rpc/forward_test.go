@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -213,5 +214,63 @@ func TestForwarder_StaleRead_ServedHereOnlyWhenFit(t *testing.T) {
 	}
 	if err := call(fixedLeadership{leading: true, fault: diskFull}); err != served {
 		t.Errorf("read on the leader: %v, want it served here", err)
+	}
+}
+
+// bigStatusLeader answers Status with more than gRPC's default 4 MiB.
+type bigStatusLeader struct {
+	cohortv1.UnimplementedClusterServiceServer
+}
+
+const bigAnswerBytes = 6 << 20
+
+func (bigStatusLeader) Status(context.Context, *cohortv1.StatusRequest) (*cohortv1.StatusResponse, error) {
+	return &cohortv1.StatusResponse{LeaderId: strings.Repeat("x", bigAnswerBytes)}, nil
+}
+
+// A follower relays a leader's answer larger than gRPC's default receive
+// limit: the forwarding path receives what a node may send.
+func TestForwarder_Unary_RelaysAnswerOver4MiB(t *testing.T) {
+	leaderAddr := serve(t, DefaultLimits().ServerOptions(), bigStatusLeader{})
+	fwd := NewForwarder(fixedLeadership{leader: leaderAddr}, Services, localClusterMethods, slog.New(slog.DiscardHandler))
+	defer fwd.Close()
+	opts := append(DefaultLimits().ServerOptions(), grpc.UnaryInterceptor(fwd.UnaryInterceptor))
+	followerAddr := serve(t, opts, cohortv1.UnimplementedClusterServiceServer{})
+
+	conn, err := grpc.NewClient(followerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), clientCallOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := cohortv1.NewClusterServiceClient(conn).Status(context.Background(), &cohortv1.StatusRequest{})
+	if err != nil {
+		t.Fatalf("Status through the follower: %v", err)
+	}
+	if len(resp.GetLeaderId()) != bigAnswerBytes {
+		t.Fatalf("relayed answer has %d bytes, want %d", len(resp.GetLeaderId()), bigAnswerBytes)
+	}
+}
+
+func TestLimits_Validate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(l *Limits)
+		wantErr string
+	}{
+		{"defaults", func(*Limits) {}, ""},
+		{"recv below 1 MiB", func(l *Limits) { l.MaxRecvBytes = 1000 }, "grpc max recv bytes 1000: must be between 1 MiB"},
+		{"send above what clients take", func(l *Limits) { l.MaxSendBytes = 2 << 30 }, "grpc max send bytes 2147483648"},
+		{"no streams", func(l *Limits) { l.MaxConcurrentStreams = 0 }, "grpc max concurrent streams 0"},
+		{"min time above the peers' pings", func(l *Limits) { l.KeepaliveMinTime = time.Minute }, "grpc keepalive min time 1m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := DefaultLimits()
+			tt.mod(&l)
+			err := l.Validate()
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Validate: %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -35,10 +35,10 @@ func NewPeerClient(token string, opts ...grpc.DialOption) *PeerClient {
 	}
 	// Ping idle peer connections so one whose peer vanished (a partition
 	// that healed, a killed node) is noticed in seconds rather than when TCP
-	// gives up; ServerKeepalive permits pings this often.
+	// gives up; Limits.KeepaliveMinTime permits pings this often.
 	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
-	}))
+	}), clientCallOptions())
 	return &PeerClient{opts: opts, token: token, conns: map[string]*grpc.ClientConn{}}
 }
 

@@ -150,14 +150,14 @@ func NewServer(e *coordinator.Engine, cl *cluster.Cluster, adminToken string, lo
 	}
 }
 
-// ServerOptions are the interceptors to create the grpc.Server with:
-// metrics first (so they see forwarded calls too), then forwarding.
-func (s *Server) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// ServerOptions are the options to create the grpc.Server with: the
+// limits, and the interceptors: metrics first (so they see forwarded calls
+// too), then forwarding.
+func (s *Server) ServerOptions(limits Limits) []grpc.ServerOption {
+	return append(limits.ServerOptions(),
 		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Forwarder.UnaryInterceptor),
 		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), s.Forwarder.StreamInterceptor),
-		ServerKeepalive(),
-	}
+	)
 }
 
 // Register adds every service of a node to gs: GroupCoordinator, Topics,

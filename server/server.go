@@ -39,6 +39,9 @@ type Config struct {
 	// on every ClusterService call except NodeInfo and Health, and is sent
 	// by this node on its own calls to other nodes.
 	AdminToken string
+	// GRPC are the gRPC server's limits (message sizes, streams,
+	// keepalive): start from rpc.DefaultLimits.
+	GRPC rpc.Limits
 	// GRPCListener is where the gRPC API is served; the node closes it.
 	GRPCListener net.Listener
 	Logger       *slog.Logger
@@ -68,6 +71,9 @@ type Server struct {
 func Start(cfg Config) (*Server, error) {
 	if cfg.GRPCListener == nil {
 		return nil, errors.New("server: GRPCListener is required")
+	}
+	if err := cfg.GRPC.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -105,7 +111,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	api := rpc.NewServer(engine, cl, cfg.AdminToken, log)
-	gs := grpc.NewServer(api.ServerOptions()...)
+	gs := grpc.NewServer(api.ServerOptions(cfg.GRPC)...)
 	api.Register(gs)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -59,7 +59,7 @@ container health check. Needs no admin token.`,
 			var bad []string
 			for _, addr := range g.endpoints {
 				r := endpointHealth{Endpoint: addr}
-				h, err := health(ctx, addr)
+				h, err := g.health(ctx, addr)
 				switch {
 				case err != nil:
 					r.Error = describeError(err)
@@ -91,8 +91,8 @@ container health check. Needs no admin token.`,
 	}
 }
 
-func health(ctx context.Context, addr string) (*cohortv1.HealthResponse, error) {
-	conn, err := dial(addr)
+func (g *globals) health(ctx context.Context, addr string) (*cohortv1.HealthResponse, error) {
+	conn, err := g.dial(addr)
 	if err != nil {
 		return nil, err
 	}

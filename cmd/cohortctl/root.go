@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -22,6 +23,7 @@ type globals struct {
 	output    string
 	token     string
 	timeout   time.Duration
+	maxRecv   int
 }
 
 func newRootCommand() *cobra.Command {
@@ -49,6 +51,7 @@ token, pass it with --admin-token (or COHORT_ADMIN_TOKEN).`,
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.token, "admin-token", "", "admin token, when the cluster requires one (env COHORT_ADMIN_TOKEN)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on each command's calls")
+	pf.IntVar(&g.maxRecv, "max-recv-msg-size", client.MaxRecvMsgSize, "largest answer accepted, in bytes (a node sends at most --grpc-max-send-bytes, 1 GiB by default)")
 	root.AddCommand(newClusterCommand(g), newSnapshotCommand(g), newGroupsCommand(g), newOffsetsCommand(g), newTopicsCommand(g))
 	return root
 }
@@ -72,6 +75,9 @@ func (g *globals) complete(cmd *cobra.Command) error {
 	}
 	if g.timeout <= 0 {
 		return fmt.Errorf("timeout %s: must be positive", g.timeout)
+	}
+	if g.maxRecv < 1<<20 {
+		return fmt.Errorf("max recv msg size %d: must be at least 1 MiB (%d)", g.maxRecv, 1<<20)
 	}
 	return nil
 }
@@ -97,8 +103,9 @@ func (g *globals) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) 
 }
 
 // dial connects to one endpoint (no I/O until the first call).
-func dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (g *globals) dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.maxRecv)))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -115,7 +122,7 @@ func (g *globals) withEndpoint(ctx context.Context, fn func(conn *grpc.ClientCon
 	for {
 		var errs []error
 		for _, addr := range g.endpoints {
-			conn, err := dial(addr)
+			conn, err := g.dial(addr)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
 	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/cohortlabs/cohort/rpc"
 	"github.com/cohortlabs/cohort/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,12 +40,13 @@ type options struct {
 	maxPending                           int
 	logLevel, logFormat                  string
 	adminToken                           string
+	grpcLimits                           rpc.Limits
 }
 
 const envPrefix = "COHORT_"
 
 func newRootCommand() *cobra.Command {
-	o := options{raft: raftnode.DefaultConfig(), cluster: cluster.DefaultConfig()}
+	o := options{raft: raftnode.DefaultConfig(), cluster: cluster.DefaultConfig(), grpcLimits: rpc.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "cohortd",
 		Short: "Cohort server: a Raft replica of the consumer-group coordinator",
@@ -77,6 +79,13 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.StringVar(&r.RaftAdvertise, "raft-advertise", "", "address other nodes reach the Raft transport on (default: --raft-addr)")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9001", "address the gRPC server listens on")
 	f.StringVar(&o.grpcAdvertise, "grpc-advertise", "", "address other nodes and clients reach the gRPC server on (default: --grpc-addr)")
+	gl := &o.grpcLimits
+	f.IntVar(&gl.MaxRecvBytes, "grpc-max-recv-bytes", gl.MaxRecvBytes, "largest gRPC request message accepted, in bytes; larger ones are refused with ResourceExhausted")
+	f.IntVar(&gl.MaxSendBytes, "grpc-max-send-bytes", gl.MaxSendBytes, "largest gRPC answer sent, in bytes (at most 1 GiB, what Cohort's clients accept)")
+	f.Uint32Var(&gl.MaxConcurrentStreams, "grpc-max-concurrent-streams", gl.MaxConcurrentStreams, "gRPC calls in flight on one client connection")
+	f.DurationVar(&gl.KeepaliveTime, "grpc-keepalive-time", gl.KeepaliveTime, "ping a gRPC connection quiet for this long")
+	f.DurationVar(&gl.KeepaliveTimeout, "grpc-keepalive-timeout", gl.KeepaliveTimeout, "close a gRPC connection whose ping is not answered within this")
+	f.DurationVar(&gl.KeepaliveMinTime, "grpc-keepalive-min-time", gl.KeepaliveMinTime, "clients pinging more often than this are sent GOAWAY (at most 2s, the nodes' own ping interval)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8001", "address of /healthz, /readyz and /metrics")
 	f.BoolVar(&c.Bootstrap, "bootstrap", false, "bootstrap a one-node cluster if this node has no raft state")
 	f.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many nodes (this one included) are reachable through --join, none with raft state")
@@ -203,6 +212,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		Raft:         rc,
 		Cluster:      cc,
 		AdminToken:   o.adminToken,
+		GRPC:         o.grpcLimits,
 		Coordinator:  o.coordinatorConfig(log),
 		GRPCListener: grpcLis,
 		Logger:       log,

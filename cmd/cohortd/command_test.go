@@ -119,8 +119,14 @@ func TestFlags_SnapshotRestoreLimits(t *testing.T) {
 func TestFlags_LimitDefaults(t *testing.T) {
 	cmd := newRootCommand()
 	for flag, want := range map[string]string{
-		"raft-max-conns":    "256",
-		"raft-idle-timeout": time.Minute.String(),
+		"raft-max-conns":              "256",
+		"raft-idle-timeout":           time.Minute.String(),
+		"grpc-max-recv-bytes":         "16777216",
+		"grpc-max-send-bytes":         "1073741824",
+		"grpc-max-concurrent-streams": "65536",
+		"grpc-keepalive-time":         time.Minute.String(),
+		"grpc-keepalive-timeout":      (20 * time.Second).String(),
+		"grpc-keepalive-min-time":     time.Second.String(),
 	} {
 		fl := cmd.Flags().Lookup(flag)
 		if fl == nil {

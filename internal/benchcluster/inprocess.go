@@ -14,6 +14,7 @@ import (
 
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/cohortlabs/cohort/rpc"
 	"github.com/cohortlabs/cohort/server"
 )
 
@@ -81,7 +82,7 @@ func StartInProcess(ctx context.Context, opts InProcessOptions) (*InProcess, err
 		cc.Join = c.addrs
 		cc.PollInterval = 50 * time.Millisecond
 		cc.Logger = opts.Logger
-		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, Logger: opts.Logger})
+		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: rpc.DefaultLimits(), Logger: opts.Logger})
 	}
 	for i := range opts.Size {
 		if err := c.start(i, lis[i]); err != nil {

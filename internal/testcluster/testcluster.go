@@ -23,6 +23,7 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/proc"
 	"github.com/cohortlabs/cohort/raftnode"
+	"github.com/cohortlabs/cohort/rpc"
 	"github.com/cohortlabs/cohort/server"
 )
 
@@ -36,6 +37,16 @@ type Options struct {
 	Raft func(i int, c *raftnode.Config)
 	// Cluster adjusts each node's cluster configuration before start.
 	Cluster func(i int, c *cluster.Config)
+	// GRPC adjusts every node's gRPC limits (rpc.DefaultLimits).
+	GRPC func(l *rpc.Limits)
+}
+
+func (o Options) grpcLimits() rpc.Limits {
+	l := rpc.DefaultLimits()
+	if o.GRPC != nil {
+		o.GRPC(&l)
+	}
+	return l
 }
 
 // DefaultCoordinator is an engine configuration for fast tests: the
@@ -128,7 +139,7 @@ func Start(t testing.TB, size int, opts Options) *Cluster {
 		if opts.Cluster != nil {
 			opts.Cluster(i, &cc)
 		}
-		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, Logger: Logger()}}
+		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: opts.grpcLimits(), Logger: Logger()}}
 		c.start(n, lis[i])
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -299,7 +310,7 @@ func (c *Cluster) Add(id string, mod func(*cluster.Config)) *Node {
 		mod(&cc)
 	}
 	n := &Node{ID: id, addr: lis.Addr().String(), cfg: server.Config{
-		Raft: RaftConfig(id, c.t.TempDir()), Cluster: cc, Coordinator: c.opts.Coordinator, Logger: Logger(),
+		Raft: RaftConfig(id, c.t.TempDir()), Cluster: cc, Coordinator: c.opts.Coordinator, GRPC: c.opts.grpcLimits(), Logger: Logger(),
 	}}
 	c.start(n, lis)
 	c.mu.Lock()
