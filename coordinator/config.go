@@ -105,6 +105,8 @@ type Config struct {
 	OffsetsRetentionCheckInterval time.Duration
 	// Limits bound one request (default DefaultLimits).
 	Limits Limits
+	// Pages bound one page of a paged read (default DefaultPages).
+	Pages Pages
 	// Budgets bound the replicated state (default fsm.DefaultBudgets). They
 	// are replicated: a leader whose budgets differ from the state's
 	// proposes its own when it takes office, and every replica enforces
@@ -134,6 +136,7 @@ func DefaultConfig() Config {
 		OffsetsRetention:              7 * 24 * time.Hour,
 		OffsetsRetentionCheckInterval: 10 * time.Minute,
 		Limits:                        DefaultLimits(),
+		Pages:                         DefaultPages(),
 		Budgets:                       fsm.DefaultBudgets(),
 		MaxPendingMembers:             100_000,
 		Logger:                        slog.Default(),
@@ -163,6 +166,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Budgets.Validate(); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := c.Pages.Validate(); err != nil {
+		return err
 	}
 	return c.Limits.Validate()
 }

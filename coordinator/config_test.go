@@ -34,6 +34,9 @@ func TestConfigValidate_RefusesUnsetFields(t *testing.T) {
 		{"no clock", func(c *Config) { c.Now = nil }, "Now"},
 		{"zero limits", func(c *Config) { c.Limits = Limits{} }, "MaxGroupIDBytes"},
 		{"one zero limit", func(c *Config) { c.Limits.MaxOffsetMetadataBytes = 0 }, "MaxOffsetMetadataBytes"},
+		{"no pages", func(c *Config) { c.Pages = Pages{} }, "max page size 0"},
+		{"default page over the max", func(c *Config) { c.Pages.DefaultSize = c.Pages.MaxSize + 1 }, "default page size 10001"},
+		{"tiny page bytes", func(c *Config) { c.Pages.MaxBytes = 100 }, "max page bytes 100"},
 	} {
 		c := DefaultConfig()
 		tc.change(&c)

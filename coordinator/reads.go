@@ -3,12 +3,14 @@ package coordinator
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/offsets"
 )
 
 // readBarrier makes reads linearizable without a log entry (a read index):
@@ -128,11 +130,15 @@ func (e *Engine) beforeRead(ctx context.Context, allowStale bool) error {
 	return e.reads.wait(ctx)
 }
 
-// OffsetFetch reads committed offsets; -1 for a partition without one.
+// OffsetFetch reads committed offsets, a page at a time: all of the
+// group's in (topic, partition) order, or the partitions asked for in the
+// order asked (each once), -1 for one without an offset.
 func (e *Engine) OffsetFetch(ctx context.Context, r *cohortv1.OffsetFetchRequest) (*cohortv1.OffsetFetchResponse, error) {
 	if err := e.cfg.Limits.checkGroupID(r.GetGroupId()); err != nil {
 		return nil, err
 	}
+	var asked []offsetKey
+	seen := map[offsetKey]bool{}
 	for _, tp := range r.GetPartitions() {
 		if err := e.cfg.Limits.checkTopic("partitions[].topic", tp.GetTopic()); err != nil {
 			return nil, err
@@ -141,101 +147,212 @@ func (e *Engine) OffsetFetch(ctx context.Context, r *cohortv1.OffsetFetchRequest
 			if p < 0 {
 				return nil, invalid("partition %d of topic %q is negative", p, tp.GetTopic())
 			}
+			if k := (offsetKey{tp.GetTopic(), p}); !seen[k] {
+				seen[k] = true
+				asked = append(asked, k)
+			}
 		}
+	}
+	pg, err := e.cfg.Pages.newPage(r.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	from, resume, err := decodeOffsetKey(r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	if resume && len(asked) > 0 {
+		i := slices.Index(asked, from)
+		if i < 0 {
+			return nil, invalid("page_token resumes after %s/%d, which this request does not ask for", from.topic, from.partition)
+		}
+		asked = asked[i+1:]
 	}
 	if err := e.beforeRead(ctx, AllowsStaleRead(r)); err != nil {
 		return nil, err
 	}
 	resp := &cohortv1.OffsetFetchResponse{}
 	e.fsm.Read(func(s *fsm.State) {
-		if len(r.GetPartitions()) == 0 {
-			for _, o := range s.Offsets(r.GetGroupId()) {
-				resp.Partitions = append(resp.Partitions, &cohortv1.OffsetFetchPartition{
+		var last offsetKey
+		if len(asked) == 0 {
+			all := s.Offsets(r.GetGroupId())
+			start := 0
+			if resume {
+				start = after(all, from, func(o offsets.Entry, k offsetKey) int {
+					return compareOffsetKeys(offsetKey{o.Key.Topic, o.Key.Partition}, k)
+				})
+			}
+			for _, o := range all[start:] {
+				if pg.full() {
+					resp.NextPageToken = encodeToken(tokenOffsets, last.encode())
+					return
+				}
+				out := &cohortv1.OffsetFetchPartition{
 					Topic: o.Key.Topic, Partition: o.Key.Partition, Offset: o.Value.Offset,
 					Metadata: o.Value.Metadata, CommitTimestampMs: o.Value.CommitTimestampMs,
-				})
+				}
+				resp.Partitions = append(resp.Partitions, out)
+				pg.add(out)
+				last = offsetKey{o.Key.Topic, o.Key.Partition}
 			}
 			return
 		}
-		for _, tp := range r.GetPartitions() {
-			for _, p := range tp.GetPartitions() {
-				out := &cohortv1.OffsetFetchPartition{Topic: tp.GetTopic(), Partition: p, Offset: -1}
-				if v, ok := s.Offset(r.GetGroupId(), tp.GetTopic(), p); ok {
-					out.Offset, out.Metadata, out.CommitTimestampMs = v.Offset, v.Metadata, v.CommitTimestampMs
-				}
-				resp.Partitions = append(resp.Partitions, out)
+		for _, k := range asked {
+			if pg.full() {
+				resp.NextPageToken = encodeToken(tokenOffsets, last.encode())
+				return
 			}
+			out := &cohortv1.OffsetFetchPartition{Topic: k.topic, Partition: k.partition, Offset: -1}
+			if v, ok := s.Offset(r.GetGroupId(), k.topic, k.partition); ok {
+				out.Offset, out.Metadata, out.CommitTimestampMs = v.Offset, v.Metadata, v.CommitTimestampMs
+			}
+			resp.Partitions = append(resp.Partitions, out)
+			pg.add(out)
+			last = k
 		}
 	})
 	return resp, nil
 }
 
-// DescribeGroups describes groups; an unknown group is Dead.
+// DescribeGroups describes the groups asked for, a page at a time in the
+// order asked (each once); an unknown group is Dead.
 func (e *Engine) DescribeGroups(ctx context.Context, r *cohortv1.DescribeGroupsRequest) (*cohortv1.DescribeGroupsResponse, error) {
 	for _, id := range r.GetGroupIds() {
 		if err := e.cfg.Limits.checkGroupID(id); err != nil {
 			return nil, err
 		}
 	}
+	pg, err := e.cfg.Pages.newPage(r.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	from, resume, err := decodeNameToken(tokenDescribe, r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
 	if err := e.beforeRead(ctx, AllowsStaleRead(r)); err != nil {
 		return nil, err
 	}
-	resp := &cohortv1.DescribeGroupsResponse{}
+	var ids []string
+	seen := map[string]bool{}
 	for _, id := range r.GetGroupIds() {
-		g, ok := e.fsm.Group(id)
-		if !ok {
-			resp.Groups = append(resp.Groups, &cohortv1.GroupDescription{GroupId: id, State: fsm.Dead.String()})
-			continue
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
-		d := &cohortv1.GroupDescription{
-			GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType, Protocol: g.Protocol,
-			Generation: g.Generation, LeaderId: g.LeaderID,
+	}
+	if resume {
+		i := slices.Index(ids, from)
+		if i < 0 {
+			return nil, invalid("page_token resumes after group %q, which this request does not ask for", shorten(from))
 		}
-		for _, m := range g.Members {
-			d.Members = append(d.Members, &cohortv1.GroupMemberDescription{
-				MemberId: m.ID, InstanceId: m.InstanceID, ClientId: m.ClientID, ClientHost: m.ClientHost,
-				Topics: m.Topics, Assignment: assignmentToAPI(m.Assignment),
-			})
+		ids = ids[i+1:]
+	}
+	resp := &cohortv1.DescribeGroupsResponse{}
+	for i, id := range ids {
+		if pg.full() {
+			resp.NextPageToken = nameToken(tokenDescribe, ids[i-1])
+			break
 		}
+		d := describeGroup(e.fsm, id)
 		resp.Groups = append(resp.Groups, d)
+		pg.add(d)
 	}
 	return resp, nil
 }
 
-// ListGroups lists groups, optionally only those in the given states.
+func describeGroup(f *fsm.FSM, id string) *cohortv1.GroupDescription {
+	g, ok := f.Group(id)
+	if !ok {
+		return &cohortv1.GroupDescription{GroupId: id, State: fsm.Dead.String()}
+	}
+	d := &cohortv1.GroupDescription{
+		GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType, Protocol: g.Protocol,
+		Generation: g.Generation, LeaderId: g.LeaderID,
+	}
+	for _, m := range g.Members {
+		d.Members = append(d.Members, &cohortv1.GroupMemberDescription{
+			MemberId: m.ID, InstanceId: m.InstanceID, ClientId: m.ClientID, ClientHost: m.ClientHost,
+			Topics: m.Topics, Assignment: assignmentToAPI(m.Assignment),
+		})
+	}
+	return d
+}
+
+// ListGroups lists groups, optionally only those in the given states, a
+// page at a time in group ID order.
 func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) (*cohortv1.ListGroupsResponse, error) {
 	for _, st := range r.GetStates() {
 		if !slices.Contains([]string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable"}, st) {
 			return nil, invalid("states has %q; the states are Empty, PreparingRebalance, CompletingRebalance and Stable", st)
 		}
 	}
+	pg, err := e.cfg.Pages.newPage(r.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	from, resume, err := decodeNameToken(tokenGroups, r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
 	if err := e.beforeRead(ctx, AllowsStaleRead(r)); err != nil {
 		return nil, err
 	}
 	resp := &cohortv1.ListGroupsResponse{}
 	e.fsm.Read(func(s *fsm.State) {
-		for _, g := range s.Groups() {
+		groups := s.Groups()
+		if resume {
+			groups = groups[after(groups, from, func(g *fsm.Group, id string) int { return strings.Compare(g.ID, id) }):]
+		}
+		last := ""
+		for _, g := range groups {
 			if len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), g.State.String()) {
 				continue
 			}
-			resp.Groups = append(resp.Groups, &cohortv1.ListedGroup{
+			if pg.full() {
+				resp.NextPageToken = nameToken(tokenGroups, last)
+				return
+			}
+			out := &cohortv1.ListedGroup{
 				GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType,
 				Generation: g.Generation, Members: int32(len(g.Members)), Protocol: g.Protocol,
-			})
+			}
+			resp.Groups = append(resp.Groups, out)
+			pg.add(out)
+			last = g.ID
 		}
 	})
 	return resp, nil
 }
 
-// ListTopics lists topics with their partition counts.
-func (e *Engine) ListTopics(ctx context.Context, allowStale bool) (*cohortv1.ListTopicsResponse, error) {
-	if err := e.beforeRead(ctx, allowStale); err != nil {
+// ListTopics lists topics with their partition counts, a page at a time
+// in name order.
+func (e *Engine) ListTopics(ctx context.Context, r *cohortv1.ListTopicsRequest) (*cohortv1.ListTopicsResponse, error) {
+	pg, err := e.cfg.Pages.newPage(r.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	from, resume, err := decodeNameToken(tokenTopics, r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	if err := e.beforeRead(ctx, r.GetAllowStale()); err != nil {
 		return nil, err
 	}
 	resp := &cohortv1.ListTopicsResponse{}
 	e.fsm.Read(func(s *fsm.State) {
-		for _, t := range s.Topics() {
-			resp.Topics = append(resp.Topics, &cohortv1.TopicPartitionCount{Topic: t.Name, Partitions: t.Partitions})
+		topics := s.Topics()
+		if resume {
+			topics = topics[after(topics, from, func(t fsm.TopicPartitionCount, name string) int { return strings.Compare(t.Name, name) }):]
+		}
+		for i, t := range topics {
+			if pg.full() {
+				resp.NextPageToken = nameToken(tokenTopics, topics[i-1].Name)
+				return
+			}
+			out := &cohortv1.TopicPartitionCount{Topic: t.Name, Partitions: t.Partitions}
+			resp.Topics = append(resp.Topics, out)
+			pg.add(out)
 		}
 	})
 	return resp, nil

@@ -92,7 +92,7 @@ func (s *TopicsServer) CreateTopic(ctx context.Context, r *cohortv1.CreateTopicR
 }
 
 func (s *TopicsServer) ListTopics(ctx context.Context, r *cohortv1.ListTopicsRequest) (*cohortv1.ListTopicsResponse, error) {
-	resp, err := s.e.ListTopics(ctx, r.GetAllowStale())
+	resp, err := s.e.ListTopics(ctx, r)
 	return resp, toStatus(err)
 }
 

@@ -75,6 +75,11 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.GRPC.Validate(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	// A page of a paged read must fit in an answer with room for its last
+	// item (a page ends after the item that reaches the bound).
+	if pb := cfg.Coordinator.Pages.MaxBytes; pb > cfg.GRPC.MaxSendBytes/2 {
+		return nil, fmt.Errorf("server: max page bytes %d: must be at most half the gRPC max send bytes %d", pb, cfg.GRPC.MaxSendBytes)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

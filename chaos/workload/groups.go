@@ -390,7 +390,7 @@ func (w *Groups) AwaitStable(ctx context.Context, window time.Duration) {
 	last := map[string]string{}
 	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		resp, err := conn.Groups().DescribeGroups(cctx, &cohortv1.DescribeGroupsRequest{GroupIds: pending})
+		described, err := client.DescribeGroups(cctx, conn.Groups(), &cohortv1.DescribeGroupsRequest{GroupIds: pending})
 		cancel()
 		if err != nil {
 			for _, g := range pending {
@@ -401,7 +401,7 @@ func (w *Groups) AwaitStable(ctx context.Context, window time.Duration) {
 		}
 		live := w.LiveMembers()
 		var still []string
-		for _, d := range resp.GetGroups() {
+		for _, d := range described {
 			var got []string
 			for _, m := range d.GetMembers() {
 				got = append(got, m.GetMemberId())
@@ -440,14 +440,14 @@ func (w *Groups) FinalFetch(ctx context.Context) {
 		for ctx.Err() == nil {
 			e := history.Entry{Type: history.TypeOp, Process: 960, F: history.FFetch, Final: true, Group: g, Start: w.Rec.Now()}
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			resp, err := conn.Groups().OffsetFetch(cctx, &cohortv1.OffsetFetchRequest{GroupId: g})
+			fetched, err := client.FetchOffsets(cctx, conn.Groups(), &cohortv1.OffsetFetchRequest{GroupId: g})
 			cancel()
 			if err != nil {
 				sleep(ctx, 200*time.Millisecond)
 				continue
 			}
 			got := map[int32]int64{}
-			for _, p := range resp.GetPartitions() {
+			for _, p := range fetched {
 				if p.GetTopic() == GroupsTopic {
 					got[p.GetPartition()] = p.GetOffset()
 				}

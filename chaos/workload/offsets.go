@@ -99,6 +99,7 @@ func createTopic(ctx context.Context, endpoints []string, name string, partition
 func dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxRecvMsgSize)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
@@ -216,7 +217,7 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Start: w.Rec.Now()}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
 	var c call
-	resp, err := groups.OffsetFetch(cctx, &cohortv1.OffsetFetchRequest{
+	fetched, err := client.FetchOffsets(cctx, groups, &cohortv1.OffsetFetchRequest{
 		GroupId: k.Group, Partitions: []*cohortv1.TopicPartitions{{Topic: k.Topic, Partitions: []int32{k.Partition}}},
 	}, c.options()...)
 	cancel()
@@ -231,7 +232,7 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 		return false
 	}
 	v := int64(-1)
-	for _, p := range resp.GetPartitions() {
+	for _, p := range fetched {
 		if p.GetTopic() == k.Topic && p.GetPartition() == k.Partition {
 			v = p.GetOffset()
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/errcode/wire"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
@@ -38,8 +39,8 @@ func groupsListCommand(g *globals) *cobra.Command {
 			defer cancel()
 			var resp *cohortv1.ListGroupsResponse
 			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
-				var err error
-				resp, err = cohortv1.NewGroupCoordinatorClient(conn).ListGroups(ctx, &cohortv1.ListGroupsRequest{States: states})
+				groups, err := client.ListGroups(ctx, cohortv1.NewGroupCoordinatorClient(conn), &cohortv1.ListGroupsRequest{States: states})
+				resp = &cohortv1.ListGroupsResponse{Groups: groups}
 				return err
 			})
 			if err != nil {
@@ -85,19 +86,20 @@ kafka-consumer-groups.sh --describe does.`,
 			offsets := map[string][]*cohortv1.OffsetFetchPartition{}
 			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
 				gc := cohortv1.NewGroupCoordinatorClient(conn)
-				var err error
-				if desc, err = gc.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: args}); err != nil {
+				groups, err := client.DescribeGroups(ctx, gc, &cohortv1.DescribeGroupsRequest{GroupIds: args})
+				if err != nil {
 					return err
 				}
+				desc = &cohortv1.DescribeGroupsResponse{Groups: groups}
 				if members || state {
 					return nil
 				}
 				for _, id := range args {
-					o, err := gc.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: id})
+					o, err := client.FetchOffsets(ctx, gc, &cohortv1.OffsetFetchRequest{GroupId: id})
 					if err != nil {
 						return err
 					}
-					offsets[id] = o.GetPartitions()
+					offsets[id] = o
 				}
 				return nil
 			})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/errcode/wire"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
@@ -30,8 +31,8 @@ func offsetsGetCommand(g *globals) *cobra.Command {
 			defer cancel()
 			var resp *cohortv1.OffsetFetchResponse
 			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
-				var err error
-				resp, err = cohortv1.NewGroupCoordinatorClient(conn).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: args[0]})
+				partitions, err := client.FetchOffsets(ctx, cohortv1.NewGroupCoordinatorClient(conn), &cohortv1.OffsetFetchRequest{GroupId: args[0]})
+				resp = &cohortv1.OffsetFetchResponse{Partitions: partitions}
 				return err
 			})
 			if err != nil {
@@ -80,7 +81,7 @@ the cluster refuses once the group has members again.`,
 			var resp *cohortv1.OffsetCommitResponse
 			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
 				gc := cohortv1.NewGroupCoordinatorClient(conn)
-				desc, err := gc.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{group}})
+				desc, err := gc.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{group}}) // one group: one page
 				if err != nil {
 					return err
 				}
@@ -92,11 +93,11 @@ the cluster refuses once the group has members again.`,
 				}
 				parts := partitions
 				if len(parts) == 0 {
-					topics, err := cohortv1.NewTopicsClient(conn).ListTopics(ctx, &cohortv1.ListTopicsRequest{})
+					topics, err := client.ListTopics(ctx, cohortv1.NewTopicsClient(conn), &cohortv1.ListTopicsRequest{})
 					if err != nil {
 						return err
 					}
-					for _, t := range topics.GetTopics() {
+					for _, t := range topics {
 						if t.GetTopic() == topic {
 							for p := range t.GetPartitions() {
 								parts = append(parts, int(p))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -55,8 +56,8 @@ func topicsListCommand(g *globals) *cobra.Command {
 			defer cancel()
 			var resp *cohortv1.ListTopicsResponse
 			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
-				var err error
-				resp, err = cohortv1.NewTopicsClient(conn).ListTopics(ctx, &cohortv1.ListTopicsRequest{})
+				topics, err := client.ListTopics(ctx, cohortv1.NewTopicsClient(conn), &cohortv1.ListTopicsRequest{})
+				resp = &cohortv1.ListTopicsResponse{Topics: topics}
 				return err
 			})
 			if err != nil {

@@ -38,6 +38,7 @@ type options struct {
 	offsetsRetention, retentionCheck     time.Duration
 	budgets                              fsm.Budgets
 	maxPending                           int
+	pages                                coordinator.Pages
 	logLevel, logFormat                  string
 	adminToken                           string
 	grpcLimits                           rpc.Limits
@@ -111,6 +112,10 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
 	f.DurationVar(&o.minSession, "min-session-timeout", cd.MinSessionTimeout, "smallest session timeout a member may ask for")
 	f.DurationVar(&o.maxSession, "max-session-timeout", cd.MaxSessionTimeout, "largest session timeout a member may ask for")
+	o.pages = cd.Pages
+	f.IntVar(&o.pages.DefaultSize, "read-page-size", o.pages.DefaultSize, "items in one page of OffsetFetch, DescribeGroups, ListGroups and ListTopics when the request names no page size")
+	f.IntVar(&o.pages.MaxSize, "read-max-page-size", o.pages.MaxSize, "largest page size a paged read may ask for (larger requests are lowered to it)")
+	f.IntVar(&o.pages.MaxBytes, "read-max-page-bytes", o.pages.MaxBytes, "a page ends once its items hold this many bytes (at most half of --grpc-max-send-bytes)")
 	f.IntVar(&o.maxPending, "max-pending-members", cd.MaxPendingMembers, "member IDs the leader hands out (MEMBER_ID_REQUIRED) and keeps until used; past it new members are told to retry")
 	o.budgets = cd.Budgets
 	for _, b := range fsm.BudgetFields() {
@@ -282,6 +287,7 @@ func (o options) coordinatorConfig(log *slog.Logger) coordinator.Config {
 	c.OffsetsRetention, c.OffsetsRetentionCheckInterval = o.offsetsRetention, o.retentionCheck
 	c.Budgets = o.budgets
 	c.MaxPendingMembers = o.maxPending
+	c.Pages = o.pages
 	c.Logger = log
 	return c
 }

@@ -127,6 +127,9 @@ func TestFlags_LimitDefaults(t *testing.T) {
 		"grpc-keepalive-time":         time.Minute.String(),
 		"grpc-keepalive-timeout":      (20 * time.Second).String(),
 		"grpc-keepalive-min-time":     time.Second.String(),
+		"read-page-size":              "1000",
+		"read-max-page-size":          "10000",
+		"read-max-page-bytes":         "3145728",
 	} {
 		fl := cmd.Flags().Lookup(flag)
 		if fl == nil {

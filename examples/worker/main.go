@@ -164,12 +164,13 @@ func committed(ctx context.Context, conn *client.Conn, group string, tps []clien
 	for _, tp := range tps {
 		req.Partitions = append(req.Partitions, &cohortv1.TopicPartitions{Topic: tp.Topic, Partitions: []int32{tp.Partition}})
 	}
-	resp, err := conn.Groups().OffsetFetch(ctx, req)
+	// The answer is paged: FetchOffsets follows every page.
+	fetched, err := client.FetchOffsets(ctx, conn.Groups(), req)
 	if err != nil {
 		return nil, err
 	}
 	next := make(map[client.TopicPartition]int64, len(tps))
-	for _, p := range resp.GetPartitions() {
+	for _, p := range fetched {
 		next[client.TopicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}] = max(p.GetOffset(), 0)
 	}
 	return next, nil

@@ -443,9 +443,9 @@ func ensureTopic(ctx context.Context, conn *client.Conn) error {
 		if err == nil {
 			return true, ""
 		}
-		list, lerr := conn.Topics().ListTopics(ctx, &cohortv1.ListTopicsRequest{})
+		list, lerr := client.ListTopics(ctx, conn.Topics(), &cohortv1.ListTopicsRequest{})
 		if lerr == nil {
-			for _, t := range list.GetTopics() {
+			for _, t := range list {
 				if t.GetTopic() == topic && t.GetPartitions() == partitions {
 					return true, ""
 				}
@@ -496,12 +496,12 @@ func describeStable(ctx context.Context, conn *client.Conn, gen int32) error {
 }
 
 func fetch(ctx context.Context, conn *client.Conn, group string) (map[string]int64, error) {
-	resp, err := conn.Groups().OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: group})
+	fetched, err := client.FetchOffsets(ctx, conn.Groups(), &cohortv1.OffsetFetchRequest{GroupId: group})
 	if err != nil {
 		return nil, fmt.Errorf("offset fetch %s: %w", group, err)
 	}
 	out := map[string]int64{}
-	for _, p := range resp.GetPartitions() {
+	for _, p := range fetched {
 		if p.GetOffset() >= 0 {
 			out[client.TopicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}.String()] = p.GetOffset()
 		}

@@ -1392,7 +1392,13 @@ type OffsetFetchRequest struct {
 	// The partitions to read; empty reads every committed offset of the group.
 	Partitions []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Read from this node's state, which may lag the leader's.
-	AllowStale    bool `protobuf:"varint,3,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	AllowStale bool `protobuf:"varint,3,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	// Paging: at most page_size items (0: the server's default; more than
+	// the server's maximum is lowered to it), and fewer when the page reaches
+	// the server's byte bound. page_token resumes after the page that returned
+	// it, on any node, across leader changes; empty starts at the beginning.
+	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1446,6 +1452,20 @@ func (x *OffsetFetchRequest) GetAllowStale() bool {
 		return x.AllowStale
 	}
 	return false
+}
+
+func (x *OffsetFetchRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *OffsetFetchRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 type OffsetFetchPartition struct {
@@ -1526,8 +1546,11 @@ func (x *OffsetFetchPartition) GetCommitTimestampMs() int64 {
 }
 
 type OffsetFetchResponse struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Partitions    []*OffsetFetchPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	state      protoimpl.MessageState  `protogen:"open.v1"`
+	Partitions []*OffsetFetchPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Set when there are more items: pass it as page_token. Empty on the
+	// last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1569,10 +1592,23 @@ func (x *OffsetFetchResponse) GetPartitions() []*OffsetFetchPartition {
 	return nil
 }
 
+func (x *OffsetFetchResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type DescribeGroupsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupIds      []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
-	AllowStale    bool                   `protobuf:"varint,2,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	GroupIds   []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	AllowStale bool                   `protobuf:"varint,2,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	// Paging: at most page_size items (0: the server's default; more than
+	// the server's maximum is lowered to it), and fewer when the page reaches
+	// the server's byte bound. page_token resumes after the page that returned
+	// it, on any node, across leader changes; empty starts at the beginning.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1619,6 +1655,20 @@ func (x *DescribeGroupsRequest) GetAllowStale() bool {
 		return x.AllowStale
 	}
 	return false
+}
+
+func (x *DescribeGroupsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *DescribeGroupsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 type GroupMemberDescription struct {
@@ -1800,8 +1850,11 @@ func (x *GroupDescription) GetMembers() []*GroupMemberDescription {
 }
 
 type DescribeGroupsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Groups        []*GroupDescription    `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Groups []*GroupDescription    `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Set when there are more items: pass it as page_token. Empty on the
+	// last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1843,11 +1896,24 @@ func (x *DescribeGroupsResponse) GetGroups() []*GroupDescription {
 	return nil
 }
 
+func (x *DescribeGroupsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListGroupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only groups in these states; empty lists every group.
-	States        []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
-	AllowStale    bool     `protobuf:"varint,2,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	States     []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	AllowStale bool     `protobuf:"varint,2,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	// Paging: at most page_size items (0: the server's default; more than
+	// the server's maximum is lowered to it), and fewer when the page reaches
+	// the server's byte bound. page_token resumes after the page that returned
+	// it, on any node, across leader changes; empty starts at the beginning.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1894,6 +1960,20 @@ func (x *ListGroupsRequest) GetAllowStale() bool {
 		return x.AllowStale
 	}
 	return false
+}
+
+func (x *ListGroupsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListGroupsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 type ListedGroup struct {
@@ -1981,8 +2061,11 @@ func (x *ListedGroup) GetProtocol() string {
 }
 
 type ListGroupsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Groups        []*ListedGroup         `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Groups []*ListedGroup         `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Set when there are more items: pass it as page_token. Empty on the
+	// last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2022,6 +2105,13 @@ func (x *ListGroupsResponse) GetGroups() []*ListedGroup {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *ListGroupsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteGroupsRequest struct {
@@ -2261,8 +2351,14 @@ func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
 }
 
 type ListTopicsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AllowStale    bool                   `protobuf:"varint,1,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AllowStale bool                   `protobuf:"varint,1,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	// Paging: at most page_size items (0: the server's default; more than
+	// the server's maximum is lowered to it), and fewer when the page reaches
+	// the server's byte bound. page_token resumes after the page that returned
+	// it, on any node, across leader changes; empty starts at the beginning.
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2304,9 +2400,26 @@ func (x *ListTopicsRequest) GetAllowStale() bool {
 	return false
 }
 
+func (x *ListTopicsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTopicsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListTopicsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topics        []*TopicPartitionCount `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Topics []*TopicPartitionCount `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// Set when there are more items: pass it as page_token. Empty on the
+	// last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2346,6 +2459,13 @@ func (x *ListTopicsResponse) GetTopics() []*TopicPartitionCount {
 		return x.Topics
 	}
 	return nil
+}
+
+func (x *ListTopicsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteTopicRequest struct {
@@ -2630,28 +2750,35 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x14OffsetCommitResponse\x12F\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2&.cohort.v1.OffsetCommitPartitionResultR\n" +
-	"partitions\"\x8c\x01\n" +
+	"partitions\"\xc8\x01\n" +
 	"\x12OffsetFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12:\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x1a.cohort.v1.TopicPartitionsR\n" +
 	"partitions\x12\x1f\n" +
 	"\vallow_stale\x18\x03 \x01(\bR\n" +
-	"allowStale\"\xae\x01\n" +
+	"allowStale\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\xae\x01\n" +
 	"\x14OffsetFetchPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x1a\n" +
 	"\bmetadata\x18\x04 \x01(\tR\bmetadata\x12.\n" +
-	"\x13commit_timestamp_ms\x18\x05 \x01(\x03R\x11commitTimestampMs\"V\n" +
+	"\x13commit_timestamp_ms\x18\x05 \x01(\x03R\x11commitTimestampMs\"~\n" +
 	"\x13OffsetFetchResponse\x12?\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x1f.cohort.v1.OffsetFetchPartitionR\n" +
-	"partitions\"U\n" +
+	"partitions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x91\x01\n" +
 	"\x15DescribeGroupsRequest\x12\x1b\n" +
 	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\x12\x1f\n" +
 	"\vallow_stale\x18\x02 \x01(\bR\n" +
-	"allowStale\"\xe3\x01\n" +
+	"allowStale\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xe3\x01\n" +
 	"\x16GroupMemberDescription\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -2672,13 +2799,17 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"generation\x18\x05 \x01(\x05R\n" +
 	"generation\x12\x1b\n" +
 	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12;\n" +
-	"\amembers\x18\a \x03(\v2!.cohort.v1.GroupMemberDescriptionR\amembers\"M\n" +
+	"\amembers\x18\a \x03(\v2!.cohort.v1.GroupMemberDescriptionR\amembers\"u\n" +
 	"\x16DescribeGroupsResponse\x123\n" +
-	"\x06groups\x18\x01 \x03(\v2\x1b.cohort.v1.GroupDescriptionR\x06groups\"L\n" +
+	"\x06groups\x18\x01 \x03(\v2\x1b.cohort.v1.GroupDescriptionR\x06groups\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x88\x01\n" +
 	"\x11ListGroupsRequest\x12\x16\n" +
 	"\x06states\x18\x01 \x03(\tR\x06states\x12\x1f\n" +
 	"\vallow_stale\x18\x02 \x01(\bR\n" +
-	"allowStale\"\xb9\x01\n" +
+	"allowStale\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xb9\x01\n" +
 	"\vListedGroup\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
@@ -2687,9 +2818,10 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x05R\n" +
 	"generation\x12\x18\n" +
 	"\amembers\x18\x05 \x01(\x05R\amembers\x12\x1a\n" +
-	"\bprotocol\x18\x06 \x01(\tR\bprotocol\"D\n" +
+	"\bprotocol\x18\x06 \x01(\tR\bprotocol\"l\n" +
 	"\x12ListGroupsResponse\x12.\n" +
-	"\x06groups\x18\x01 \x03(\v2\x16.cohort.v1.ListedGroupR\x06groups\"2\n" +
+	"\x06groups\x18\x01 \x03(\v2\x16.cohort.v1.ListedGroupR\x06groups\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
 	"\x13DeleteGroupsRequest\x12\x1b\n" +
 	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\"\x7f\n" +
 	"\x11DeleteGroupResult\x12\x19\n" +
@@ -2703,12 +2835,16 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
 	"partitions\"\x15\n" +
-	"\x13CreateTopicResponse\"4\n" +
+	"\x13CreateTopicResponse\"p\n" +
 	"\x11ListTopicsRequest\x12\x1f\n" +
 	"\vallow_stale\x18\x01 \x01(\bR\n" +
-	"allowStale\"L\n" +
+	"allowStale\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
 	"\x12ListTopicsResponse\x126\n" +
-	"\x06topics\x18\x01 \x03(\v2\x1e.cohort.v1.TopicPartitionCountR\x06topics\"(\n" +
+	"\x06topics\x18\x01 \x03(\v2\x1e.cohort.v1.TopicPartitionCountR\x06topics\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
 	"\x12DeleteTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
 	"\x13DeleteTopicResponse\"J\n" +

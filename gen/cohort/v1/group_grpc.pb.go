@@ -58,8 +58,13 @@ type GroupCoordinatorClient interface {
 	// OffsetCommit commits offsets, fenced by member, generation and ownership.
 	OffsetCommit(ctx context.Context, in *OffsetCommitRequest, opts ...grpc.CallOption) (*OffsetCommitResponse, error)
 	// OffsetFetch reads committed offsets; linearizable unless allow_stale.
+	// Paged: every offset of the group in (topic, partition) order, or the
+	// partitions asked for in the order asked (each once).
 	OffsetFetch(ctx context.Context, in *OffsetFetchRequest, opts ...grpc.CallOption) (*OffsetFetchResponse, error)
+	// DescribeGroups describes the groups asked for. Paged, in the order
+	// asked (each once).
 	DescribeGroups(ctx context.Context, in *DescribeGroupsRequest, opts ...grpc.CallOption) (*DescribeGroupsResponse, error)
+	// ListGroups lists groups. Paged, in group ID order.
 	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
 	// DeleteGroups deletes empty groups and their offsets.
 	DeleteGroups(ctx context.Context, in *DeleteGroupsRequest, opts ...grpc.CallOption) (*DeleteGroupsResponse, error)
@@ -191,8 +196,13 @@ type GroupCoordinatorServer interface {
 	// OffsetCommit commits offsets, fenced by member, generation and ownership.
 	OffsetCommit(context.Context, *OffsetCommitRequest) (*OffsetCommitResponse, error)
 	// OffsetFetch reads committed offsets; linearizable unless allow_stale.
+	// Paged: every offset of the group in (topic, partition) order, or the
+	// partitions asked for in the order asked (each once).
 	OffsetFetch(context.Context, *OffsetFetchRequest) (*OffsetFetchResponse, error)
+	// DescribeGroups describes the groups asked for. Paged, in the order
+	// asked (each once).
 	DescribeGroups(context.Context, *DescribeGroupsRequest) (*DescribeGroupsResponse, error)
+	// ListGroups lists groups. Paged, in group ID order.
 	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
 	// DeleteGroups deletes empty groups and their offsets.
 	DeleteGroups(context.Context, *DeleteGroupsRequest) (*DeleteGroupsResponse, error)
@@ -478,6 +488,7 @@ const (
 // Topics manages the topic metadata assignments are checked against.
 type TopicsClient interface {
 	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
+	// ListTopics lists topics. Paged, in name order.
 	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
 	DeleteTopic(ctx context.Context, in *DeleteTopicRequest, opts ...grpc.CallOption) (*DeleteTopicResponse, error)
 	AddPartitions(ctx context.Context, in *AddPartitionsRequest, opts ...grpc.CallOption) (*AddPartitionsResponse, error)
@@ -538,6 +549,7 @@ func (c *topicsClient) AddPartitions(ctx context.Context, in *AddPartitionsReque
 // Topics manages the topic metadata assignments are checked against.
 type TopicsServer interface {
 	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
+	// ListTopics lists topics. Paged, in name order.
 	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
 	DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error)
 	AddPartitions(context.Context, *AddPartitionsRequest) (*AddPartitionsResponse, error)
