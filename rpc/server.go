@@ -152,11 +152,12 @@ func NewServer(e *coordinator.Engine, cl *cluster.Cluster, adminToken string, lo
 
 // ServerOptions are the options to create the grpc.Server with: the
 // limits, and the interceptors: metrics first (so they see forwarded calls
-// too), then forwarding.
+// too), the UTF-8 check of every request (before a follower forwards it),
+// then forwarding.
 func (s *Server) ServerOptions(limits Limits) []grpc.ServerOption {
 	return append(limits.ServerOptions(),
-		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Forwarder.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), s.Forwarder.StreamInterceptor),
+		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), UTF8UnaryInterceptor, s.Forwarder.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), UTF8StreamInterceptor, s.Forwarder.StreamInterceptor),
 	)
 }
 

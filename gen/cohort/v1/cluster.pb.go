@@ -118,33 +118,33 @@ func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
 type NodeInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node's Raft server ID.
-	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
 	// The address other Raft servers reach this node's Raft transport on.
-	RaftAddress string `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	RaftAddress string `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
 	// The address clients and other nodes reach this node's gRPC server on.
-	GrpcAddress string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	GrpcAddress string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
 	// The node has Raft state (a log, a snapshot or a configuration): it has
 	// been part of a cluster and must never bootstrap again.
-	HasState bool      `protobuf:"varint,4,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
-	State    RaftState `protobuf:"varint,5,opt,name=state,proto3,enum=cohort.v1.RaftState" json:"state,omitempty"`
-	Term     uint64    `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	HasState bool      `protobuf:"varint,4,opt,name=has_state,json=hasState" json:"has_state,omitempty"`
+	State    RaftState `protobuf:"varint,5,opt,name=state,enum=cohort.v1.RaftState" json:"state,omitempty"`
+	Term     uint64    `protobuf:"varint,6,opt,name=term" json:"term,omitempty"`
 	// The leader this node knows of; empty when none.
-	LeaderId          string `protobuf:"bytes,7,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderRaftAddress string `protobuf:"bytes,8,opt,name=leader_raft_address,json=leaderRaftAddress,proto3" json:"leader_raft_address,omitempty"`
+	LeaderId          string `protobuf:"bytes,7,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
+	LeaderRaftAddress string `protobuf:"bytes,8,opt,name=leader_raft_address,json=leaderRaftAddress" json:"leader_raft_address,omitempty"`
 	// The leader's gRPC address from the replicated node registry; empty
 	// when the leader has not registered yet.
-	LeaderGrpcAddress string `protobuf:"bytes,9,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
-	LastIndex         uint64 `protobuf:"varint,10,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
-	CommitIndex       uint64 `protobuf:"varint,11,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex      uint64 `protobuf:"varint,12,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LeaderGrpcAddress string `protobuf:"bytes,9,opt,name=leader_grpc_address,json=leaderGrpcAddress" json:"leader_grpc_address,omitempty"`
+	LastIndex         uint64 `protobuf:"varint,10,opt,name=last_index,json=lastIndex" json:"last_index,omitempty"`
+	CommitIndex       uint64 `protobuf:"varint,11,opt,name=commit_index,json=commitIndex" json:"commit_index,omitempty"`
+	AppliedIndex      uint64 `protobuf:"varint,12,opt,name=applied_index,json=appliedIndex" json:"applied_index,omitempty"`
 	// The --bootstrap-expect the node was started with (0 when none), so a
 	// misconfigured peer is visible during formation.
-	BootstrapExpect int32 `protobuf:"varint,13,opt,name=bootstrap_expect,json=bootstrapExpect,proto3" json:"bootstrap_expect,omitempty"`
+	BootstrapExpect int32 `protobuf:"varint,13,opt,name=bootstrap_expect,json=bootstrapExpect" json:"bootstrap_expect,omitempty"`
 	// Milliseconds since this node last heard from the leader: 0 on the
 	// leader, -1 when it never has.
-	LastContactMs int64 `protobuf:"varint,14,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	LastContactMs int64 `protobuf:"varint,14,opt,name=last_contact_ms,json=lastContactMs" json:"last_contact_ms,omitempty"`
 	// The node runs autopilot when it leads.
-	AutopilotEnabled bool `protobuf:"varint,15,opt,name=autopilot_enabled,json=autopilotEnabled,proto3" json:"autopilot_enabled,omitempty"`
+	AutopilotEnabled bool `protobuf:"varint,15,opt,name=autopilot_enabled,json=autopilotEnabled" json:"autopilot_enabled,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -286,9 +286,9 @@ func (x *NodeInfoResponse) GetAutopilotEnabled() bool {
 
 type RegisterNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,7 +347,7 @@ func (x *RegisterNodeRequest) GetRaftAddress() string {
 type RegisterNodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Raft log index at which the registration was applied.
-	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Index         uint64 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,16 +428,16 @@ func (*HealthRequest) Descriptor() ([]byte, []int) {
 type HealthResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node runs and knows a leader.
-	Healthy bool `protobuf:"varint,1,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Healthy bool `protobuf:"varint,1,opt,name=healthy" json:"healthy,omitempty"`
 	// Why the node is not healthy; empty when it is.
-	Reason            string    `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	NodeId            string    `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	State             RaftState `protobuf:"varint,4,opt,name=state,proto3,enum=cohort.v1.RaftState" json:"state,omitempty"`
-	LeaderId          string    `protobuf:"bytes,5,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderGrpcAddress string    `protobuf:"bytes,6,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
-	Term              uint64    `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex       uint64    `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex      uint64    `protobuf:"varint,9,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Reason            string    `protobuf:"bytes,2,opt,name=reason" json:"reason,omitempty"`
+	NodeId            string    `protobuf:"bytes,3,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	State             RaftState `protobuf:"varint,4,opt,name=state,enum=cohort.v1.RaftState" json:"state,omitempty"`
+	LeaderId          string    `protobuf:"bytes,5,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
+	LeaderGrpcAddress string    `protobuf:"bytes,6,opt,name=leader_grpc_address,json=leaderGrpcAddress" json:"leader_grpc_address,omitempty"`
+	Term              uint64    `protobuf:"varint,7,opt,name=term" json:"term,omitempty"`
+	CommitIndex       uint64    `protobuf:"varint,8,opt,name=commit_index,json=commitIndex" json:"commit_index,omitempty"`
+	AppliedIndex      uint64    `protobuf:"varint,9,opt,name=applied_index,json=appliedIndex" json:"applied_index,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -574,30 +574,30 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 // ServerStatus is one server of the Raft configuration as the leader sees it.
 type ServerStatus struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
-	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
 	// From the replicated node registry; empty when the node never registered.
-	GrpcAddress string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	Voter       bool   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
-	Leader      bool   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	GrpcAddress string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
+	Voter       bool   `protobuf:"varint,4,opt,name=voter" json:"voter,omitempty"`
+	Leader      bool   `protobuf:"varint,5,opt,name=leader" json:"leader,omitempty"`
 	// The server's own Raft state as it reported it; UNSPECIFIED when it did
 	// not answer.
-	State RaftState `protobuf:"varint,6,opt,name=state,proto3,enum=cohort.v1.RaftState" json:"state,omitempty"`
+	State RaftState `protobuf:"varint,6,opt,name=state,enum=cohort.v1.RaftState" json:"state,omitempty"`
 	// Milliseconds since the server last heard from the leader (0 for the
 	// leader); -1 when unknown.
-	LastContactMs int64  `protobuf:"varint,7,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
-	LastIndex     uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	LastContactMs int64  `protobuf:"varint,7,opt,name=last_contact_ms,json=lastContactMs" json:"last_contact_ms,omitempty"`
+	LastIndex     uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex" json:"last_index,omitempty"`
 	// Entries the server's log is behind the leader's.
-	Lag     uint64 `protobuf:"varint,9,opt,name=lag,proto3" json:"lag,omitempty"`
-	Healthy bool   `protobuf:"varint,10,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Lag     uint64 `protobuf:"varint,9,opt,name=lag" json:"lag,omitempty"`
+	Healthy bool   `protobuf:"varint,10,opt,name=healthy" json:"healthy,omitempty"`
 	// Why the server is not healthy; empty when it is.
-	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,11,opt,name=reason" json:"reason,omitempty"`
 	// What autopilot makes of the server (leader, voter, non-voter,
 	// staging); empty when autopilot is off.
-	AutopilotState string `protobuf:"bytes,12,opt,name=autopilot_state,json=autopilotState,proto3" json:"autopilot_state,omitempty"`
+	AutopilotState string `protobuf:"bytes,12,opt,name=autopilot_state,json=autopilotState" json:"autopilot_state,omitempty"`
 	// Unix milliseconds since when autopilot has seen the server healthy
 	// without interruption; 0 when unknown.
-	StableSinceUnixMs int64 `protobuf:"varint,13,opt,name=stable_since_unix_ms,json=stableSinceUnixMs,proto3" json:"stable_since_unix_ms,omitempty"`
+	StableSinceUnixMs int64 `protobuf:"varint,13,opt,name=stable_since_unix_ms,json=stableSinceUnixMs" json:"stable_since_unix_ms,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -725,16 +725,16 @@ func (x *ServerStatus) GetStableSinceUnixMs() int64 {
 
 type AutopilotStatus struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled" json:"enabled,omitempty"`
 	// Every voter is healthy and the failure tolerance is at least 0.
-	Healthy bool `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Healthy bool `protobuf:"varint,2,opt,name=healthy" json:"healthy,omitempty"`
 	// Voters that could fail with a quorum left.
-	FailureTolerance          int32  `protobuf:"varint,3,opt,name=failure_tolerance,json=failureTolerance,proto3" json:"failure_tolerance,omitempty"`
-	CleanupDeadServers        bool   `protobuf:"varint,4,opt,name=cleanup_dead_servers,json=cleanupDeadServers,proto3" json:"cleanup_dead_servers,omitempty"`
-	DeadServerThresholdMs     int64  `protobuf:"varint,5,opt,name=dead_server_threshold_ms,json=deadServerThresholdMs,proto3" json:"dead_server_threshold_ms,omitempty"`
-	ServerStabilizationTimeMs int64  `protobuf:"varint,6,opt,name=server_stabilization_time_ms,json=serverStabilizationTimeMs,proto3" json:"server_stabilization_time_ms,omitempty"`
-	MinQuorum                 uint32 `protobuf:"varint,7,opt,name=min_quorum,json=minQuorum,proto3" json:"min_quorum,omitempty"`
-	MaxTrailingLogs           uint64 `protobuf:"varint,8,opt,name=max_trailing_logs,json=maxTrailingLogs,proto3" json:"max_trailing_logs,omitempty"`
+	FailureTolerance          int32  `protobuf:"varint,3,opt,name=failure_tolerance,json=failureTolerance" json:"failure_tolerance,omitempty"`
+	CleanupDeadServers        bool   `protobuf:"varint,4,opt,name=cleanup_dead_servers,json=cleanupDeadServers" json:"cleanup_dead_servers,omitempty"`
+	DeadServerThresholdMs     int64  `protobuf:"varint,5,opt,name=dead_server_threshold_ms,json=deadServerThresholdMs" json:"dead_server_threshold_ms,omitempty"`
+	ServerStabilizationTimeMs int64  `protobuf:"varint,6,opt,name=server_stabilization_time_ms,json=serverStabilizationTimeMs" json:"server_stabilization_time_ms,omitempty"`
+	MinQuorum                 uint32 `protobuf:"varint,7,opt,name=min_quorum,json=minQuorum" json:"min_quorum,omitempty"`
+	MaxTrailingLogs           uint64 `protobuf:"varint,8,opt,name=max_trailing_logs,json=maxTrailingLogs" json:"max_trailing_logs,omitempty"`
 	unknownFields             protoimpl.UnknownFields
 	sizeCache                 protoimpl.SizeCache
 }
@@ -827,17 +827,17 @@ func (x *AutopilotStatus) GetMaxTrailingLogs() uint64 {
 
 type StatusResponse struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
-	LeaderId          string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderRaftAddress string                 `protobuf:"bytes,2,opt,name=leader_raft_address,json=leaderRaftAddress,proto3" json:"leader_raft_address,omitempty"`
-	LeaderGrpcAddress string                 `protobuf:"bytes,3,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
-	Term              uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex       uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex      uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	LastIndex         uint64                 `protobuf:"varint,7,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
-	Servers           []*ServerStatus        `protobuf:"bytes,8,rep,name=servers,proto3" json:"servers,omitempty"`
-	Autopilot         *AutopilotStatus       `protobuf:"bytes,9,opt,name=autopilot,proto3" json:"autopilot,omitempty"`
+	LeaderId          string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
+	LeaderRaftAddress string                 `protobuf:"bytes,2,opt,name=leader_raft_address,json=leaderRaftAddress" json:"leader_raft_address,omitempty"`
+	LeaderGrpcAddress string                 `protobuf:"bytes,3,opt,name=leader_grpc_address,json=leaderGrpcAddress" json:"leader_grpc_address,omitempty"`
+	Term              uint64                 `protobuf:"varint,4,opt,name=term" json:"term,omitempty"`
+	CommitIndex       uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex" json:"commit_index,omitempty"`
+	AppliedIndex      uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex" json:"applied_index,omitempty"`
+	LastIndex         uint64                 `protobuf:"varint,7,opt,name=last_index,json=lastIndex" json:"last_index,omitempty"`
+	Servers           []*ServerStatus        `protobuf:"bytes,8,rep,name=servers" json:"servers,omitempty"`
+	Autopilot         *AutopilotStatus       `protobuf:"bytes,9,opt,name=autopilot" json:"autopilot,omitempty"`
 	// The largest lag at which Promote accepts a server.
-	PromoteMaxLag uint64 `protobuf:"varint,10,opt,name=promote_max_lag,json=promoteMaxLag,proto3" json:"promote_max_lag,omitempty"`
+	PromoteMaxLag uint64 `protobuf:"varint,10,opt,name=promote_max_lag,json=promoteMaxLag" json:"promote_max_lag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,10 +944,10 @@ func (x *StatusResponse) GetPromoteMaxLag() uint64 {
 
 type AddNonvoterRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
-	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
 	// Recorded in the node registry when given.
-	GrpcAddress   string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	GrpcAddress   string `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1006,11 +1006,11 @@ func (x *AddNonvoterRequest) GetGrpcAddress() string {
 type AddNonvoterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the server was already in the configuration (idempotent retry).
-	Changed bool `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Changed bool `protobuf:"varint,1,opt,name=changed" json:"changed,omitempty"`
 	// What happened, in words.
-	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
 	// The leader runs autopilot, which promotes the server once it is stable.
-	AutopilotEnabled bool `protobuf:"varint,3,opt,name=autopilot_enabled,json=autopilotEnabled,proto3" json:"autopilot_enabled,omitempty"`
+	AutopilotEnabled bool `protobuf:"varint,3,opt,name=autopilot_enabled,json=autopilotEnabled" json:"autopilot_enabled,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1068,9 +1068,9 @@ func (x *AddNonvoterResponse) GetAutopilotEnabled() bool {
 
 type AddVoterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
+	GrpcAddress   string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1128,8 +1128,8 @@ func (x *AddVoterRequest) GetGrpcAddress() string {
 
 type AddVoterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,7 +1180,7 @@ func (x *AddVoterResponse) GetMessage() string {
 
 type PromoteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1224,8 +1224,8 @@ func (x *PromoteRequest) GetNodeId() string {
 
 type PromoteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,9 +1276,9 @@ func (x *PromoteResponse) GetMessage() string {
 
 type DemoteRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
 	// Demote even when fewer healthy voters than a quorum would be left.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	Force         bool `protobuf:"varint,2,opt,name=force" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1329,8 +1329,8 @@ func (x *DemoteRequest) GetForce() bool {
 
 type DemoteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1381,9 +1381,9 @@ func (x *DemoteResponse) GetMessage() string {
 
 type RemoveServerRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
 	// Remove even when fewer healthy voters than a quorum would be left.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	Force         bool `protobuf:"varint,2,opt,name=force" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1434,8 +1434,8 @@ func (x *RemoveServerRequest) GetForce() bool {
 
 type RemoveServerResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1487,7 +1487,7 @@ func (x *RemoveServerResponse) GetMessage() string {
 type TransferLeadershipRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The voter to transfer to; empty for any.
-	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1531,9 +1531,9 @@ func (x *TransferLeadershipRequest) GetNodeId() string {
 
 type TransferLeadershipResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	LeaderId      string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed" json:"changed,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
+	LeaderId      string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1629,14 +1629,14 @@ func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
 type SnapshotMetadata struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version of the FSM's snapshot encoding inside.
-	FsmFormatVersion uint32 `protobuf:"varint,1,opt,name=fsm_format_version,json=fsmFormatVersion,proto3" json:"fsm_format_version,omitempty"`
+	FsmFormatVersion uint32 `protobuf:"varint,1,opt,name=fsm_format_version,json=fsmFormatVersion" json:"fsm_format_version,omitempty"`
 	// The Raft index and term of the last entry the snapshot contains, both
 	// from 1 to 2^63-1. A restore reports them but does not use them.
-	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Term  uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Index uint64 `protobuf:"varint,2,opt,name=index" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,3,opt,name=term" json:"term,omitempty"`
 	// The node that produced it and when (Unix milliseconds).
-	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	CreatedUnixMs int64  `protobuf:"varint,5,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	CreatedUnixMs int64  `protobuf:"varint,5,opt,name=created_unix_ms,json=createdUnixMs" json:"created_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1710,9 +1710,9 @@ func (x *SnapshotMetadata) GetCreatedUnixMs() int64 {
 type SnapshotTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Bytes of snapshot data.
-	Size uint64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	Size uint64 `protobuf:"varint,1,opt,name=size" json:"size,omitempty"`
 	// SHA-256 of the data.
-	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1842,15 +1842,15 @@ type isSnapshotSaveResponse_Part interface {
 }
 
 type SnapshotSaveResponse_Metadata struct {
-	Metadata *SnapshotMetadata `protobuf:"bytes,1,opt,name=metadata,proto3,oneof"`
+	Metadata *SnapshotMetadata `protobuf:"bytes,1,opt,name=metadata,oneof"`
 }
 
 type SnapshotSaveResponse_Data struct {
-	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+	Data []byte `protobuf:"bytes,2,opt,name=data,oneof"`
 }
 
 type SnapshotSaveResponse_Trailer struct {
-	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,oneof"`
 }
 
 func (*SnapshotSaveResponse_Metadata) isSnapshotSaveResponse_Part() {}
@@ -1940,15 +1940,15 @@ type isSnapshotRestoreRequest_Part interface {
 }
 
 type SnapshotRestoreRequest_Metadata struct {
-	Metadata *SnapshotMetadata `protobuf:"bytes,1,opt,name=metadata,proto3,oneof"`
+	Metadata *SnapshotMetadata `protobuf:"bytes,1,opt,name=metadata,oneof"`
 }
 
 type SnapshotRestoreRequest_Data struct {
-	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+	Data []byte `protobuf:"bytes,2,opt,name=data,oneof"`
 }
 
 type SnapshotRestoreRequest_Trailer struct {
-	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,oneof"`
 }
 
 func (*SnapshotRestoreRequest_Metadata) isSnapshotRestoreRequest_Part() {}
@@ -1960,8 +1960,8 @@ func (*SnapshotRestoreRequest_Trailer) isSnapshotRestoreRequest_Part() {}
 type SnapshotRestoreResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Raft index the restored state stands at on the cluster.
-	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Index         uint64 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2170,7 +2170,7 @@ const file_cohort_v1_cluster_proto_rawDesc = "" +
 	"\fRemoveServer\x12\x1e.cohort.v1.RemoveServerRequest\x1a\x1f.cohort.v1.RemoveServerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.cohort.v1.TransferLeadershipRequest\x1a%.cohort.v1.TransferLeadershipResponse\x12Q\n" +
 	"\fSnapshotSave\x12\x1e.cohort.v1.SnapshotSaveRequest\x1a\x1f.cohort.v1.SnapshotSaveResponse0\x01\x12Z\n" +
-	"\x0fSnapshotRestore\x12!.cohort.v1.SnapshotRestoreRequest\x1a\".cohort.v1.SnapshotRestoreResponse(\x01B5Z3github.com/cohortlabs/cohort/gen/cohort/v1;cohortv1b\x06proto3"
+	"\x0fSnapshotRestore\x12!.cohort.v1.SnapshotRestoreRequest\x1a\".cohort.v1.SnapshotRestoreResponse(\x01B<Z3github.com/cohortlabs/cohort/gen/cohort/v1;cohortv1\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_cohort_v1_cluster_proto_rawDescOnce sync.Once

@@ -151,9 +151,9 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 type ProtocolMetadata struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Assignor name (range, roundrobin, sticky, cooperative-sticky, ...).
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
 	// Assignor-specific metadata, handed to the group leader untouched.
-	Metadata      []byte `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata      []byte `protobuf:"bytes,2,opt,name=metadata" json:"metadata,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,19 +204,19 @@ func (x *ProtocolMetadata) GetMetadata() []byte {
 
 type JoinGroupRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
 	// Empty on a dynamic member's first join.
-	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
 	// Static membership (KIP-345); empty for a dynamic member.
-	InstanceId string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	InstanceId string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
 	// "consumer" for consumers; every member of a group must use the same.
-	ProtocolType string              `protobuf:"bytes,4,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	Protocols    []*ProtocolMetadata `protobuf:"bytes,5,rep,name=protocols,proto3" json:"protocols,omitempty"`
+	ProtocolType string              `protobuf:"bytes,4,opt,name=protocol_type,json=protocolType" json:"protocol_type,omitempty"`
+	Protocols    []*ProtocolMetadata `protobuf:"bytes,5,rep,name=protocols" json:"protocols,omitempty"`
 	// Topics the member subscribes to.
-	Topics             []string `protobuf:"bytes,6,rep,name=topics,proto3" json:"topics,omitempty"`
-	SessionTimeoutMs   int32    `protobuf:"varint,7,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
-	RebalanceTimeoutMs int32    `protobuf:"varint,8,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
-	ClientId           string   `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Topics             []string `protobuf:"bytes,6,rep,name=topics" json:"topics,omitempty"`
+	SessionTimeoutMs   int32    `protobuf:"varint,7,opt,name=session_timeout_ms,json=sessionTimeoutMs" json:"session_timeout_ms,omitempty"`
+	RebalanceTimeoutMs int32    `protobuf:"varint,8,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs" json:"rebalance_timeout_ms,omitempty"`
+	ClientId           string   `protobuf:"bytes,9,opt,name=client_id,json=clientId" json:"client_id,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -316,11 +316,11 @@ func (x *JoinGroupRequest) GetClientId() string {
 
 type JoinGroupMember struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
-	MemberId   string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	MemberId   string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
 	// The member's metadata for the chosen protocol.
-	Metadata      []byte   `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	Topics        []string `protobuf:"bytes,4,rep,name=topics,proto3" json:"topics,omitempty"`
+	Metadata      []byte   `protobuf:"bytes,3,opt,name=metadata" json:"metadata,omitempty"`
+	Topics        []string `protobuf:"bytes,4,rep,name=topics" json:"topics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -385,8 +385,8 @@ func (x *JoinGroupMember) GetTopics() []string {
 
 type TopicPartitionCount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partitions    int32                  `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
+	Partitions    int32                  `protobuf:"varint,2,opt,name=partitions" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,17 +437,17 @@ func (x *TopicPartitionCount) GetPartitions() int32 {
 
 type JoinGroupResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
-	Generation int32                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation int32                  `protobuf:"varint,1,opt,name=generation" json:"generation,omitempty"`
 	// The protocol (assignor) chosen for this generation.
-	Protocol string `protobuf:"bytes,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	LeaderId string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Protocol string `protobuf:"bytes,2,opt,name=protocol" json:"protocol,omitempty"`
+	LeaderId string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
 	// The caller's member ID.
-	MemberId string `protobuf:"bytes,4,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	MemberId string `protobuf:"bytes,4,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
 	// Only in the group leader's answer: every member with its metadata.
-	Members []*JoinGroupMember `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	Members []*JoinGroupMember `protobuf:"bytes,5,rep,name=members" json:"members,omitempty"`
 	// Only in the group leader's answer: the partition counts of every topic
 	// a member subscribes to (that exists).
-	Topics        []*TopicPartitionCount `protobuf:"bytes,6,rep,name=topics,proto3" json:"topics,omitempty"`
+	Topics        []*TopicPartitionCount `protobuf:"bytes,6,rep,name=topics" json:"topics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,8 +526,8 @@ func (x *JoinGroupResponse) GetTopics() []*TopicPartitionCount {
 
 type TopicPartitions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partitions    []int32                `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
+	Partitions    []int32                `protobuf:"varint,2,rep,packed,name=partitions" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,8 +578,8 @@ func (x *TopicPartitions) GetPartitions() []int32 {
 
 type Assignment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topics        []*TopicPartitions     `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
-	UserData      []byte                 `protobuf:"bytes,2,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	Topics        []*TopicPartitions     `protobuf:"bytes,1,rep,name=topics" json:"topics,omitempty"`
+	UserData      []byte                 `protobuf:"bytes,2,opt,name=user_data,json=userData" json:"user_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,8 +630,8 @@ func (x *Assignment) GetUserData() []byte {
 
 type MemberAssignment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	Assignment    *Assignment            `protobuf:"bytes,2,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	Assignment    *Assignment            `protobuf:"bytes,2,opt,name=assignment" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -682,12 +682,12 @@ func (x *MemberAssignment) GetAssignment() *Assignment {
 
 type SyncGroupRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
-	GroupId    string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Generation int32                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	MemberId   string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId string                 `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	GroupId    string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	Generation int32                  `protobuf:"varint,2,opt,name=generation" json:"generation,omitempty"`
+	MemberId   string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId string                 `protobuf:"bytes,4,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
 	// The group leader's plan; empty from followers.
-	Assignments   []*MemberAssignment `protobuf:"bytes,5,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	Assignments   []*MemberAssignment `protobuf:"bytes,5,rep,name=assignments" json:"assignments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,8 +759,8 @@ func (x *SyncGroupRequest) GetAssignments() []*MemberAssignment {
 
 type SyncGroupResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Assignment    *Assignment            `protobuf:"bytes,1,opt,name=assignment,proto3" json:"assignment,omitempty"`
-	Protocol      string                 `protobuf:"bytes,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Assignment    *Assignment            `protobuf:"bytes,1,opt,name=assignment" json:"assignment,omitempty"`
+	Protocol      string                 `protobuf:"bytes,2,opt,name=protocol" json:"protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -811,10 +811,10 @@ func (x *SyncGroupResponse) GetProtocol() string {
 
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Generation    int32                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	MemberId      string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId    string                 `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	Generation    int32                  `protobuf:"varint,2,opt,name=generation" json:"generation,omitempty"`
+	MemberId      string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string                 `protobuf:"bytes,4,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -915,8 +915,8 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 
 type LeaveMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -967,8 +967,8 @@ func (x *LeaveMember) GetInstanceId() string {
 
 type LeaveGroupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Members       []*LeaveMember         `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	Members       []*LeaveMember         `protobuf:"bytes,2,rep,name=members" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,10 +1019,10 @@ func (x *LeaveGroupRequest) GetMembers() []*LeaveMember {
 
 type LeaveMemberResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Error         ErrorCode              `protobuf:"varint,3,opt,name=error,proto3,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	Error         ErrorCode              `protobuf:"varint,3,opt,name=error,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,7 +1087,7 @@ func (x *LeaveMemberResult) GetErrorMessage() string {
 
 type LeaveGroupResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*LeaveMemberResult   `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	Members       []*LeaveMemberResult   `protobuf:"bytes,1,rep,name=members" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1131,10 +1131,10 @@ func (x *LeaveGroupResponse) GetMembers() []*LeaveMemberResult {
 
 type OffsetCommitPartition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	Metadata      string                 `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition" json:"partition,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset" json:"offset,omitempty"`
+	Metadata      string                 `protobuf:"bytes,4,opt,name=metadata" json:"metadata,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,12 +1199,12 @@ func (x *OffsetCommitPartition) GetMetadata() string {
 
 type OffsetCommitRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
 	// -1 with no member_id: a standalone commit (group without members).
-	Generation    int32                    `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	MemberId      string                   `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId    string                   `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Offsets       []*OffsetCommitPartition `protobuf:"bytes,5,rep,name=offsets,proto3" json:"offsets,omitempty"`
+	Generation    int32                    `protobuf:"varint,2,opt,name=generation" json:"generation,omitempty"`
+	MemberId      string                   `protobuf:"bytes,3,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string                   `protobuf:"bytes,4,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	Offsets       []*OffsetCommitPartition `protobuf:"bytes,5,rep,name=offsets" json:"offsets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,10 +1276,10 @@ func (x *OffsetCommitRequest) GetOffsets() []*OffsetCommitPartition {
 
 type OffsetCommitPartitionResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Error         ErrorCode              `protobuf:"varint,3,opt,name=error,proto3,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition" json:"partition,omitempty"`
+	Error         ErrorCode              `protobuf:"varint,3,opt,name=error,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1344,7 +1344,7 @@ func (x *OffsetCommitPartitionResult) GetErrorMessage() string {
 
 type OffsetCommitResponse struct {
 	state         protoimpl.MessageState         `protogen:"open.v1"`
-	Partitions    []*OffsetCommitPartitionResult `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions    []*OffsetCommitPartitionResult `protobuf:"bytes,1,rep,name=partitions" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1388,17 +1388,17 @@ func (x *OffsetCommitResponse) GetPartitions() []*OffsetCommitPartitionResult {
 
 type OffsetFetchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
 	// The partitions to read; empty reads every committed offset of the group.
-	Partitions []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions" json:"partitions,omitempty"`
 	// Read from this node's state, which may lag the leader's.
-	AllowStale bool `protobuf:"varint,3,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	AllowStale bool `protobuf:"varint,3,opt,name=allow_stale,json=allowStale" json:"allow_stale,omitempty"`
 	// Paging: at most page_size items (0: the server's default; more than
 	// the server's maximum is lowered to it), and fewer when the page reaches
 	// the server's byte bound. page_token resumes after the page that returned
 	// it, on any node, across leader changes; empty starts at the beginning.
-	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1470,12 +1470,12 @@ func (x *OffsetFetchRequest) GetPageToken() string {
 
 type OffsetFetchPartition struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
-	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition" json:"partition,omitempty"`
 	// -1 when nothing is committed.
-	Offset            int64  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	Metadata          string `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	CommitTimestampMs int64  `protobuf:"varint,5,opt,name=commit_timestamp_ms,json=commitTimestampMs,proto3" json:"commit_timestamp_ms,omitempty"`
+	Offset            int64  `protobuf:"varint,3,opt,name=offset" json:"offset,omitempty"`
+	Metadata          string `protobuf:"bytes,4,opt,name=metadata" json:"metadata,omitempty"`
+	CommitTimestampMs int64  `protobuf:"varint,5,opt,name=commit_timestamp_ms,json=commitTimestampMs" json:"commit_timestamp_ms,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1547,10 +1547,10 @@ func (x *OffsetFetchPartition) GetCommitTimestampMs() int64 {
 
 type OffsetFetchResponse struct {
 	state      protoimpl.MessageState  `protogen:"open.v1"`
-	Partitions []*OffsetFetchPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*OffsetFetchPartition `protobuf:"bytes,1,rep,name=partitions" json:"partitions,omitempty"`
 	// Set when there are more items: pass it as page_token. Empty on the
 	// last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1601,14 +1601,14 @@ func (x *OffsetFetchResponse) GetNextPageToken() string {
 
 type DescribeGroupsRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
-	GroupIds   []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
-	AllowStale bool                   `protobuf:"varint,2,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	GroupIds   []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds" json:"group_ids,omitempty"`
+	AllowStale bool                   `protobuf:"varint,2,opt,name=allow_stale,json=allowStale" json:"allow_stale,omitempty"`
 	// Paging: at most page_size items (0: the server's default; more than
 	// the server's maximum is lowered to it), and fewer when the page reaches
 	// the server's byte bound. page_token resumes after the page that returned
 	// it, on any node, across leader changes; empty starts at the beginning.
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1673,12 +1673,12 @@ func (x *DescribeGroupsRequest) GetPageToken() string {
 
 type GroupMemberDescription struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	ClientHost    string                 `protobuf:"bytes,4,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
-	Topics        []string               `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
-	Assignment    *Assignment            `protobuf:"bytes,6,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId" json:"client_id,omitempty"`
+	ClientHost    string                 `protobuf:"bytes,4,opt,name=client_host,json=clientHost" json:"client_host,omitempty"`
+	Topics        []string               `protobuf:"bytes,5,rep,name=topics" json:"topics,omitempty"`
+	Assignment    *Assignment            `protobuf:"bytes,6,opt,name=assignment" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1757,15 +1757,15 @@ func (x *GroupMemberDescription) GetAssignment() *Assignment {
 
 type GroupDescription struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
 	// Empty, PreparingRebalance, CompletingRebalance, Stable, or Dead for a
 	// group that does not exist.
-	State         string                    `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	ProtocolType  string                    `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	Protocol      string                    `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	Generation    int32                     `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	LeaderId      string                    `protobuf:"bytes,6,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	Members       []*GroupMemberDescription `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	State         string                    `protobuf:"bytes,2,opt,name=state" json:"state,omitempty"`
+	ProtocolType  string                    `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType" json:"protocol_type,omitempty"`
+	Protocol      string                    `protobuf:"bytes,4,opt,name=protocol" json:"protocol,omitempty"`
+	Generation    int32                     `protobuf:"varint,5,opt,name=generation" json:"generation,omitempty"`
+	LeaderId      string                    `protobuf:"bytes,6,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
+	Members       []*GroupMemberDescription `protobuf:"bytes,7,rep,name=members" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1851,10 +1851,10 @@ func (x *GroupDescription) GetMembers() []*GroupMemberDescription {
 
 type DescribeGroupsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	Groups []*GroupDescription    `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups []*GroupDescription    `protobuf:"bytes,1,rep,name=groups" json:"groups,omitempty"`
 	// Set when there are more items: pass it as page_token. Empty on the
 	// last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1906,14 +1906,14 @@ func (x *DescribeGroupsResponse) GetNextPageToken() string {
 type ListGroupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only groups in these states; empty lists every group.
-	States     []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
-	AllowStale bool     `protobuf:"varint,2,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	States     []string `protobuf:"bytes,1,rep,name=states" json:"states,omitempty"`
+	AllowStale bool     `protobuf:"varint,2,opt,name=allow_stale,json=allowStale" json:"allow_stale,omitempty"`
 	// Paging: at most page_size items (0: the server's default; more than
 	// the server's maximum is lowered to it), and fewer when the page reaches
 	// the server's byte bound. page_token resumes after the page that returned
 	// it, on any node, across leader changes; empty starts at the beginning.
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1978,12 +1978,12 @@ func (x *ListGroupsRequest) GetPageToken() string {
 
 type ListedGroup struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	ProtocolType  string                 `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	Generation    int32                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
-	Members       int32                  `protobuf:"varint,5,opt,name=members,proto3" json:"members,omitempty"`
-	Protocol      string                 `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state" json:"state,omitempty"`
+	ProtocolType  string                 `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType" json:"protocol_type,omitempty"`
+	Generation    int32                  `protobuf:"varint,4,opt,name=generation" json:"generation,omitempty"`
+	Members       int32                  `protobuf:"varint,5,opt,name=members" json:"members,omitempty"`
+	Protocol      string                 `protobuf:"bytes,6,opt,name=protocol" json:"protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2062,10 +2062,10 @@ func (x *ListedGroup) GetProtocol() string {
 
 type ListGroupsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	Groups []*ListedGroup         `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups []*ListedGroup         `protobuf:"bytes,1,rep,name=groups" json:"groups,omitempty"`
 	// Set when there are more items: pass it as page_token. Empty on the
 	// last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2116,7 +2116,7 @@ func (x *ListGroupsResponse) GetNextPageToken() string {
 
 type DeleteGroupsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupIds      []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	GroupIds      []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds" json:"group_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2160,9 +2160,9 @@ func (x *DeleteGroupsRequest) GetGroupIds() []string {
 
 type DeleteGroupResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Error         ErrorCode              `protobuf:"varint,2,opt,name=error,proto3,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	Error         ErrorCode              `protobuf:"varint,2,opt,name=error,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2220,7 +2220,7 @@ func (x *DeleteGroupResult) GetErrorMessage() string {
 
 type DeleteGroupsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Groups        []*DeleteGroupResult   `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups        []*DeleteGroupResult   `protobuf:"bytes,1,rep,name=groups" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2264,8 +2264,8 @@ func (x *DeleteGroupsResponse) GetGroups() []*DeleteGroupResult {
 
 type CreateTopicRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Partitions    int32                  `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
+	Partitions    int32                  `protobuf:"varint,2,opt,name=partitions" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2352,13 +2352,13 @@ func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
 
 type ListTopicsRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
-	AllowStale bool                   `protobuf:"varint,1,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	AllowStale bool                   `protobuf:"varint,1,opt,name=allow_stale,json=allowStale" json:"allow_stale,omitempty"`
 	// Paging: at most page_size items (0: the server's default; more than
 	// the server's maximum is lowered to it), and fewer when the page reaches
 	// the server's byte bound. page_token resumes after the page that returned
 	// it, on any node, across leader changes; empty starts at the beginning.
-	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2416,10 +2416,10 @@ func (x *ListTopicsRequest) GetPageToken() string {
 
 type ListTopicsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	Topics []*TopicPartitionCount `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	Topics []*TopicPartitionCount `protobuf:"bytes,1,rep,name=topics" json:"topics,omitempty"`
 	// Set when there are more items: pass it as page_token. Empty on the
 	// last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2470,7 +2470,7 @@ func (x *ListTopicsResponse) GetNextPageToken() string {
 
 type DeleteTopicRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2550,9 +2550,9 @@ func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
 
 type AddPartitionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
 	// The new total partition count.
-	Partitions    int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions    int32 `protobuf:"varint,2,opt,name=partitions" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2901,7 +2901,7 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"ListTopics\x12\x1c.cohort.v1.ListTopicsRequest\x1a\x1d.cohort.v1.ListTopicsResponse\x12L\n" +
 	"\vDeleteTopic\x12\x1d.cohort.v1.DeleteTopicRequest\x1a\x1e.cohort.v1.DeleteTopicResponse\x12R\n" +
-	"\rAddPartitions\x12\x1f.cohort.v1.AddPartitionsRequest\x1a .cohort.v1.AddPartitionsResponseB5Z3github.com/cohortlabs/cohort/gen/cohort/v1;cohortv1b\x06proto3"
+	"\rAddPartitions\x12\x1f.cohort.v1.AddPartitionsRequest\x1a .cohort.v1.AddPartitionsResponseB<Z3github.com/cohortlabs/cohort/gen/cohort/v1;cohortv1\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_cohort_v1_group_proto_rawDescOnce sync.Once
