@@ -195,12 +195,12 @@ func fetchOffsets(endpoints []string, group string) (map[int32]int64, error) {
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		resp, err := cohortv1.NewGroupCoordinatorClient(conn).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: group})
+		fetched, err := client.FetchOffsets(ctx, cohortv1.NewGroupCoordinatorClient(conn), &cohortv1.OffsetFetchRequest{GroupId: group})
 		cancel()
 		conn.Close()
 		if err == nil {
 			out := map[int32]int64{}
-			for _, p := range resp.GetPartitions() {
+			for _, p := range fetched {
 				out[p.GetPartition()] = p.GetOffset()
 			}
 			return out, nil
