@@ -130,7 +130,9 @@ func newFuzzNode(t *testing.T) *fuzzNode {
 	go func() { e.Run(ctx, leading); close(done) }()
 
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	// The node's own limits and UTF-8 check, without forwarding (this
+	// node always leads).
+	gs := grpc.NewServer(append(DefaultLimits().ServerOptions(), grpc.ChainUnaryInterceptor(UTF8UnaryInterceptor))...)
 	cohortv1.RegisterGroupCoordinatorServer(gs, &GroupServer{e: e})
 	cohortv1.RegisterTopicsServer(gs, &TopicsServer{e: e})
 	go func() { _ = gs.Serve(lis) }()
@@ -346,7 +348,7 @@ func FuzzOffsetFetch(f *testing.F) {
 	fuzzMethod(f, func(n *fuzzNode, ctx context.Context, r *cohortv1.OffsetFetchRequest) error {
 		_, err := n.groups.OffsetFetch(ctx, r)
 		return err
-	}, &cohortv1.OffsetFetchRequest{GroupId: "g"},
+	}, &cohortv1.OffsetFetchRequest{GroupId: "g"}, &cohortv1.OffsetFetchRequest{GroupId: "g", PageSize: 1, PageToken: "x"},
 		&cohortv1.OffsetFetchRequest{GroupId: "e", Partitions: []*cohortv1.TopicPartitions{{Topic: "u", Partitions: []int32{1, 5}}}})
 }
 
@@ -354,14 +356,14 @@ func FuzzDescribeGroups(f *testing.F) {
 	fuzzMethod(f, func(n *fuzzNode, ctx context.Context, r *cohortv1.DescribeGroupsRequest) error {
 		_, err := n.groups.DescribeGroups(ctx, r)
 		return err
-	}, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g", "e", "nope"}})
+	}, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g", "e", "nope"}}, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g", "e"}, PageSize: 1})
 }
 
 func FuzzListGroups(f *testing.F) {
 	fuzzMethod(f, func(n *fuzzNode, ctx context.Context, r *cohortv1.ListGroupsRequest) error {
 		_, err := n.groups.ListGroups(ctx, r)
 		return err
-	}, &cohortv1.ListGroupsRequest{}, &cohortv1.ListGroupsRequest{AllowStale: true})
+	}, &cohortv1.ListGroupsRequest{}, &cohortv1.ListGroupsRequest{AllowStale: true, PageSize: 1}, &cohortv1.ListGroupsRequest{PageToken: "g"})
 }
 
 func FuzzDeleteGroups(f *testing.F) {
@@ -396,5 +398,5 @@ func FuzzListTopics(f *testing.F) {
 	fuzzMethod(f, func(n *fuzzNode, ctx context.Context, r *cohortv1.ListTopicsRequest) error {
 		_, err := n.topics.ListTopics(ctx, r)
 		return err
-	}, &cohortv1.ListTopicsRequest{}, &cohortv1.ListTopicsRequest{AllowStale: true})
+	}, &cohortv1.ListTopicsRequest{}, &cohortv1.ListTopicsRequest{AllowStale: true, PageSize: 1}, &cohortv1.ListTopicsRequest{PageSize: -1})
 }
