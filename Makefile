@@ -49,7 +49,9 @@ lint:
 
 # Benchmarks whose results are recorded in docs/benchmarks.md.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./fsm/
+	$(GO) test -run '^$$' -bench '^Benchmark(Apply|Snapshot|Rebalance|ServerSide)' -benchtime 2s ./fsm/
+	$(GO) test -run '^$$' -bench '^BenchmarkWorstApply' -benchtime 3x -timeout 30m ./fsm/
+	$(GO) test -run '^$$' -bench '^BenchmarkStateHeap' -benchtime 1x -timeout 30m ./fsm/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./raftnode/
 	$(GO) test -run '^$$' -bench . ./assign/
 
