@@ -68,8 +68,9 @@ type ClusterServiceClient interface {
 	// AddNonvoter adds a server that replicates the log but does not vote.
 	AddNonvoter(ctx context.Context, in *AddNonvoterRequest, opts ...grpc.CallOption) (*AddNonvoterResponse, error)
 	// AddVoter adds a server safely: as a non-voter first, then, once it has
-	// caught up, promoted to voter. A server that does not catch up within
-	// the request's deadline stays a non-voter (FAILED_PRECONDITION with its lag).
+	// caught up, promoted to voter. A server this call added that does not
+	// catch up within the request's deadline is removed again, so the
+	// configuration is as it was (FAILED_PRECONDITION with its lag).
 	AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error)
 	// Promote makes a non-voter a voter. It refuses (FAILED_PRECONDITION) a
 	// server whose log lags the leader's by more than the configured
@@ -276,8 +277,9 @@ type ClusterServiceServer interface {
 	// AddNonvoter adds a server that replicates the log but does not vote.
 	AddNonvoter(context.Context, *AddNonvoterRequest) (*AddNonvoterResponse, error)
 	// AddVoter adds a server safely: as a non-voter first, then, once it has
-	// caught up, promoted to voter. A server that does not catch up within
-	// the request's deadline stays a non-voter (FAILED_PRECONDITION with its lag).
+	// caught up, promoted to voter. A server this call added that does not
+	// catch up within the request's deadline is removed again, so the
+	// configuration is as it was (FAILED_PRECONDITION with its lag).
 	AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error)
 	// Promote makes a non-voter a voter. It refuses (FAILED_PRECONDITION) a
 	// server whose log lags the leader's by more than the configured
