@@ -34,7 +34,9 @@ type Hostile struct {
 	Endpoints []string
 	Log       *slog.Logger
 	Seed      uint64
-	// Pause between requests (default 50 ms); Timeout of one (default 2 s).
+	// Pause between requests (default 250 ms: the hostile client must not
+	// starve the others, whose histories the checkers judge); Timeout of one
+	// (default 2 s).
 	Pause, Timeout time.Duration
 
 	mu         sync.Mutex
@@ -155,7 +157,7 @@ func hostileJoin(group, member string) *cohortv1.JoinGroupRequest {
 // Run sends hostile requests to every node in turn until ctx ends.
 func (w *Hostile) Run(ctx context.Context) {
 	if w.Pause == 0 {
-		w.Pause = 50 * time.Millisecond
+		w.Pause = 250 * time.Millisecond
 	}
 	if w.Timeout == 0 {
 		w.Timeout = 2 * time.Second
