@@ -68,7 +68,7 @@ type hostileConn struct {
 	conn   *grpc.ClientConn
 	groups cohortv1.GroupCoordinatorClient
 	topics cohortv1.TopicsClient
-	flood  int // topics the flood asked for
+	flood  *int // topics the flood asked for, over every connection
 }
 
 // rawMessage is a request or answer as encoded bytes, for rawCodec.
@@ -120,8 +120,8 @@ func hostileProbes() []probe {
 			return err
 		}},
 		{name: "topic flood", accept: true, want: []errcode.Code{errcode.BudgetExceeded, errcode.TopicAlreadyExists}, send: func(ctx context.Context, h *hostileConn, _ *rand.Rand) error {
-			h.flood++
-			_, err := h.topics.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: fmt.Sprintf("hostile-t%02d", h.flood%hostileTopics), Partitions: 4})
+			*h.flood++
+			_, err := h.topics.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: fmt.Sprintf("hostile-t%02d", *h.flood%hostileTopics), Partitions: 4})
 			return err
 		}},
 		{name: "member flood", want: []errcode.Code{errcode.MemberIDRequired, errcode.GroupMaxSizeReached}, send: func(ctx context.Context, h *hostileConn, _ *rand.Rand) error {
@@ -166,6 +166,7 @@ func (w *Hostile) Run(ctx context.Context) {
 	w.sent, w.refused = map[string]int{}, map[string]int{}
 	w.mu.Unlock()
 	var conns []*hostileConn
+	flood := 0
 	for _, ep := range w.Endpoints {
 		cc, err := grpc.NewClient(ep, append(dialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))...)
 		if err != nil {
@@ -173,7 +174,7 @@ func (w *Hostile) Run(ctx context.Context) {
 			return
 		}
 		defer cc.Close()
-		conns = append(conns, &hostileConn{conn: cc, groups: cohortv1.NewGroupCoordinatorClient(cc), topics: cohortv1.NewTopicsClient(cc)})
+		conns = append(conns, &hostileConn{conn: cc, flood: &flood, groups: cohortv1.NewGroupCoordinatorClient(cc), topics: cohortv1.NewTopicsClient(cc)})
 	}
 	rng := rand.New(rand.NewPCG(w.Seed, 0x4057))
 	probes := hostileProbes()

@@ -57,7 +57,8 @@ func TestHostile_TopicFloodStopsAtTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	h := &hostileConn{conn: cc, topics: cohortv1.NewTopicsClient(cc)}
+	asked := 0
+	h := &hostileConn{conn: cc, flood: &asked, topics: cohortv1.NewTopicsClient(cc)}
 	var flood probe
 	for _, p := range hostileProbes() {
 		if p.name == "topic flood" {
