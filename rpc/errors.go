@@ -99,6 +99,10 @@ func toStatus(err error) error {
 	if errors.As(err, &mid) {
 		info.Metadata = map[string]string{"member_id": mid.MemberID}
 	}
+	var nf *notForwardedError
+	if errors.As(err, &nf) {
+		info.Metadata = map[string]string{NotForwardedKey: "false"}
+	}
 	st, derr := status.New(grpcCode(code), msg).WithDetails(info)
 	if derr != nil {
 		return status.Error(grpcCode(code), msg)

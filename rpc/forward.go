@@ -177,12 +177,30 @@ func outgoing(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
+// NotForwardedKey is the ErrorInfo metadata key set to "false" on a
+// NOT_LEADER answer for a call this node never handed to the leader (no
+// connection to it: the call got no transport stream), so the call
+// certainly did not happen. Without it, a NOT_LEADER from a follower that
+// knew a leader may come after the leader applied the call.
+const NotForwardedKey = "forwarded"
+
+// notForwardedError is a NOT_LEADER for a call that never left this node.
+type notForwardedError struct{ *errcode.ProtocolError }
+
+func (e *notForwardedError) Unwrap() error { return e.ProtocolError }
+
 // leaderUnreachable turns a transport failure on the way to the leader
 // (Unavailable without a protocol reason) into NOT_LEADER, which clients
-// resend; the leader's own refusals pass unchanged.
-func leaderUnreachable(leader string, err error) error {
+// resend, marked not forwarded when the call got no stream to the leader
+// (sent: the peer the call reached, nil when none); the leader's own
+// refusals pass unchanged.
+func leaderUnreachable(leader string, err error, sent *peer.Peer) error {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && Reason(err) == "" {
-		return toStatus(errcode.Errorf(errcode.NotLeader, "forwarding to leader %s: %v", leader, st.Message()))
+		refusal := errcode.Errorf(errcode.NotLeader, "forwarding to leader %s: %v", leader, st.Message())
+		if sent != nil && sent.Addr == nil {
+			return toStatus(&notForwardedError{refusal})
+		}
+		return toStatus(refusal)
 	}
 	return err
 }
@@ -195,10 +213,11 @@ func (f *Forwarder) invoke(ctx context.Context, leader, fullMethod string, req a
 	}
 	conn, err := f.conn(leader)
 	if err != nil {
-		return nil, toStatus(errcode.Errorf(errcode.NotLeader, "%v", err))
+		return nil, toStatus(&notForwardedError{errcode.Errorf(errcode.NotLeader, "%v", err)})
 	}
-	if err := conn.Invoke(outgoing(ctx), fullMethod, req, out); err != nil {
-		return nil, leaderUnreachable(leader, err)
+	var sent peer.Peer
+	if err := conn.Invoke(outgoing(ctx), fullMethod, req, out, grpc.Peer(&sent)); err != nil {
+		return nil, leaderUnreachable(leader, err, &sent)
 	}
 	return out, nil
 }
@@ -251,14 +270,15 @@ func (f *Forwarder) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.
 	}
 	conn, err := f.conn(leader)
 	if err != nil {
-		return toStatus(errcode.Errorf(errcode.NotLeader, "%v", err))
+		return toStatus(&notForwardedError{errcode.Errorf(errcode.NotLeader, "%v", err)})
 	}
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	desc := &grpc.StreamDesc{StreamName: info.FullMethod, ServerStreams: info.IsServerStream, ClientStreams: info.IsClientStream}
-	up, err := conn.NewStream(outgoing(ctx), desc, info.FullMethod)
+	var sent peer.Peer
+	up, err := conn.NewStream(outgoing(ctx), desc, info.FullMethod, grpc.Peer(&sent))
 	if err != nil {
-		return leaderUnreachable(leader, err)
+		return leaderUnreachable(leader, err, &sent)
 	}
 	// Caller to leader. A send that fails ends this direction; the
 	// leader's status comes from RecvMsg below.
@@ -292,7 +312,7 @@ func (f *Forwarder) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return leaderUnreachable(leader, err)
+			return leaderUnreachable(leader, err, nil)
 		}
 		if err := ss.SendMsg(m); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -272,5 +273,50 @@ func TestLimits_Validate(t *testing.T) {
 				t.Fatalf("Validate: %v, want %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// unavailableLeader receives the call, then answers Unavailable without a
+// protocol reason, as a leader's transport failing mid-call looks.
+type unavailableLeader struct {
+	cohortv1.UnimplementedClusterServiceServer
+}
+
+func (unavailableLeader) Status(context.Context, *cohortv1.StatusRequest) (*cohortv1.StatusResponse, error) {
+	return nil, status.Error(codes.Unavailable, "connection lost mid-call")
+}
+
+// A NOT_LEADER for a call that never left this node (no connection to the
+// leader) says so in its ErrorInfo, so a caller knows the call did not
+// happen; one the leader may have received does not.
+func TestForwarder_NotForwardedMarksOnlyCallsThatNeverLeft(t *testing.T) {
+	notForwarded := func(err error) bool {
+		st, _ := status.FromError(err)
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok {
+				return info.GetMetadata()[NotForwardedKey] == "false"
+			}
+		}
+		return false
+	}
+	call := func(leader string) error {
+		f := NewForwarder(fixedLeadership{leader: leader}, Services, localClusterMethods, slog.New(slog.DiscardHandler))
+		defer f.Close()
+		_, err := f.UnaryInterceptor(context.Background(), &cohortv1.StatusRequest{},
+			&grpc.UnaryServerInfo{FullMethod: cohortv1.ClusterService_Status_FullMethodName},
+			func(context.Context, any) (any, error) { return nil, errors.New("served here") })
+		return err
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	if err := call(deadAddr); Reason(err) != "NOT_LEADER" || !notForwarded(err) {
+		t.Errorf("leader refusing connections: %v, want NOT_LEADER marked not forwarded", err)
+	}
+	if err := call(serve(t, nil, unavailableLeader{})); Reason(err) != "NOT_LEADER" || notForwarded(err) {
+		t.Errorf("leader failing after it got the call: %v, want NOT_LEADER not marked", err)
 	}
 }

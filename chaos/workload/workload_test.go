@@ -15,10 +15,22 @@ import (
 
 	"github.com/cohortlabs/cohort/chaos/history"
 	"github.com/cohortlabs/cohort/client"
+	"github.com/cohortlabs/cohort/rpc"
 )
 
 func protoErr(code codes.Code, reason string) error {
 	st, err := status.New(code, reason+": scripted").WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "cohort.v1"})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
+// notForwardedErr is a follower's NOT_LEADER for a call it could not hand
+// to the leader.
+func notForwardedErr() error {
+	st, err := status.New(codes.Unavailable, "NOT_LEADER: forwarding: connection refused").WithDetails(
+		&errdetails.ErrorInfo{Reason: "NOT_LEADER", Domain: "cohort.v1", Metadata: map[string]string{rpc.NotForwardedKey: "false"}})
 	if err != nil {
 		panic(err)
 	}
@@ -86,6 +98,7 @@ func TestClassify_WhatTheCallLearned(t *testing.T) {
 		{"coordinator not available", "n1:1", protoErr(codes.Unavailable, "COORDINATOR_NOT_AVAILABLE"), history.Fail},
 		{"not leader from a node without a leader", "", protoErr(codes.Unavailable, "NOT_LEADER"), history.Fail},
 		{"not leader from a node that knew one", "n1:1", protoErr(codes.Unavailable, "NOT_LEADER"), history.Info},
+		{"not leader, not forwarded (no connection to the leader)", "n1:1", notForwardedErr(), history.Fail},
 		{"deadline on the node", "n1:1", status.Error(codes.DeadlineExceeded, "slow"), history.Info},
 		{"unavailable without a code", "n1:1", status.Error(codes.Unavailable, "transport is closing"), history.Info},
 		{"ok", "n1:1", nil, history.OK},
