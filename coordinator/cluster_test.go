@@ -477,3 +477,28 @@ func TestOffsetRetention_LeaderExpiresOffsetsOfEmptyGroupsOnly(t *testing.T) {
 		t.Fatalf("offsets of a group with members after retention passed: %v %v", got, err)
 	}
 }
+
+// Members subscribed to a topic that does not exist yet are assigned it
+// once it is created: the creation starts a rebalance, which they hear of
+// on their next heartbeat (issue 13's second finding).
+func TestCreateTopic_SettledGroupRebalancesOntoTheNewTopic(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, b := newMember(t, c, "g", "t", "later"), newMember(t, c, "g", "t", "later")
+	a.sessionMs, b.sessionMs = 30_000, 30_000 // no expiry may start a rebalance here
+	rebalance(t, ctx, a, b)
+	checkAssignment(t, "t", 6, a, b)
+	gen := a.generation
+
+	createTopic(t, c, "later", 4)
+	testcluster.WaitFor(t, 10*time.Second, "a heartbeat to report the rebalance", func() (bool, string) {
+		err := a.heartbeat(ctx)
+		return reason(err) == "REBALANCE_IN_PROGRESS", fmt.Sprint(err)
+	})
+	rebalance(t, ctx, a, b)
+	if a.generation <= gen {
+		t.Fatalf("generation %d after the topic's creation, was %d", a.generation, gen)
+	}
+	checkAssignment(t, "t", 6, a, b)
+	checkAssignment(t, "later", 4, a, b)
+}

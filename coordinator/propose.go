@@ -57,7 +57,7 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 			}
 		}
 		return
-	case *fsmv1.Command_DeleteTopic, *fsmv1.Command_AddPartitions, *fsmv1.Command_ExpireOffsets:
+	case *fsmv1.Command_CreateTopic, *fsmv1.Command_DeleteTopic, *fsmv1.Command_AddPartitions, *fsmv1.Command_ExpireOffsets:
 		e.fsm.Read(func(s *fsm.State) {
 			for _, g := range s.Groups() {
 				ids = append(ids, g.ID)

@@ -37,7 +37,7 @@ func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
 	case *fsmv1.Command_ExpireOffsets:
 		return s.expireOffsets(now, c.ExpireOffsets)
 	case *fsmv1.Command_CreateTopic:
-		return s.createTopic(c.CreateTopic)
+		return s.createTopic(now, c.CreateTopic)
 	case *fsmv1.Command_DeleteTopic:
 		return s.deleteTopic(now, c.DeleteTopic)
 	case *fsmv1.Command_AddPartitions:

@@ -10,7 +10,8 @@ import (
 // CommandVersion is the rule set this FSM writes commands under (the
 // command's version field). Version 0 is a command written before budgets:
 // it is applied without them, so a log written by an older version replays
-// to the same state. From version 1 on, the replicated budgets are enforced.
+// to the same state. From version 1 on, the replicated budgets are enforced
+// and creating a topic rebalances the groups subscribed to it.
 const CommandVersion = 1
 
 // Budgets bound the replicated state. They are part of the state (set by a

@@ -154,3 +154,33 @@ func TestBudgets_LoweredBudgetRefusesOnlyGrowth(t *testing.T) {
 		t.Fatal("Admit changed the state")
 	}
 }
+
+// A topic created after a group settled is assigned: its creation starts a
+// rebalance in the groups subscribed to it (under version 1; a version-0
+// creation, from an older log, leaves them as they were).
+func TestCreateTopic_RebalancesGroupsSubscribedToIt(t *testing.T) {
+	for _, version := range []uint32{0, CommandVersion} {
+		h := newHarness(t)
+		h.ok(at(1, createTopic{"t", 2}))
+		h.ok(at(2, join{group: "g", member: "a", topics: []string{"t", "later"}, newMember: true}))
+		h.ok(at(3, join{group: "other", member: "b", topics: []string{"t"}, newMember: true}))
+		g := h.group("g")
+		h.ok(at(4, syncCmd{"g", g.Generation, "a", plan{"a": {"t": {0, 1}}}}))
+		if g := h.group("g"); g.State != Stable {
+			t.Fatalf("setup: %s", g.State)
+		}
+		create := at(5, createTopic{"later", 3})
+		create.Version = version
+		h.ok(create)
+		want := Stable
+		if version >= 1 {
+			want = PreparingRebalance
+		}
+		if g := h.group("g"); g.State != want {
+			t.Errorf("version %d: after creating a subscribed topic the group is %s, want %s", version, g.State, want)
+		}
+		if o := h.group("other"); o.State == PreparingRebalance {
+			t.Errorf("version %d: a group not subscribed to the new topic started a rebalance", version)
+		}
+	}
+}

@@ -26,13 +26,20 @@ func (s *State) admitCreateTopic(c *fsmv1.CreateTopic) (retry bool, err *errcode
 	return false, s.checkTopicGrowth(c.GetName(), 0, c.GetPartitions())
 }
 
-func (s *State) createTopic(c *fsmv1.CreateTopic) *ApplyResult {
+func (s *State) createTopic(now int64, c *fsmv1.CreateTopic) *ApplyResult {
 	if retry, err := s.admitCreateTopic(c); err != nil || retry {
 		return &ApplyResult{Err: errOrNil(err)}
 	}
 	s.topics[c.GetName()] = c.GetPartitions()
 	s.partitions += int64(c.GetPartitions())
 	s.topicBytes += topicBytes(c.GetName())
+	// Members may subscribe to a topic before it exists; its creation
+	// changes what their group has to assign, as adding partitions does.
+	// Commands written before this rule (version 0) left the groups as
+	// they were, and replay so.
+	if s.rules >= 1 {
+		s.rebalanceSubscribers(now, c.GetName())
+	}
 	return &ApplyResult{}
 }
 
