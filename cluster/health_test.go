@@ -3,10 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,33 +11,18 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/faultstore"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 	"github.com/cohortlabs/cohort/raftnode"
 )
 
-// flakyLogStore fails every append with ENOSPC while failing is set, as
-// bolt does on a full disk.
-type flakyLogStore struct {
-	raft.LogStore
-	failing atomic.Bool
-}
-
-func (s *flakyLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
-
-func (s *flakyLogStore) StoreLogs(logs []*raft.Log) error {
-	if s.failing.Load() {
-		return &fs.PathError{Op: "write", Path: "raft.db", Err: syscall.ENOSPC}
-	}
-	return s.LogStore.StoreLogs(logs)
-}
-
 func TestMultiNode_FollowerDiskFails_UnhealthyWithReasonAndStaleReadsGoToLeader(t *testing.T) {
-	stores := make([]*flakyLogStore, 3)
+	stores := make([]*faultstore.FullDisk, 3)
 	c := testcluster.Start(t, 3, testcluster.Options{
 		Coordinator: testcluster.DefaultCoordinator(),
 		Raft: func(i int, rc *raftnode.Config) {
 			rc.WrapLogStore = func(s raft.LogStore) raft.LogStore {
-				stores[i] = &flakyLogStore{LogStore: s}
+				stores[i] = &faultstore.FullDisk{LogStore: s}
 				return stores[i]
 			}
 		},
@@ -61,7 +43,7 @@ func TestMultiNode_FollowerDiskFails_UnhealthyWithReasonAndStaleReadsGoToLeader(
 		return h.GetHealthy(), s
 	})
 
-	stores[fi].failing.Store(true)
+	stores[fi].Failing.Store(true)
 	if _, err := c.Topics(leader).CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "after-failure", Partitions: 1}); err != nil {
 		t.Fatalf("create a topic while a follower's disk fails: %v", err)
 	}
@@ -95,7 +77,7 @@ func TestMultiNode_FollowerDiskFails_UnhealthyWithReasonAndStaleReadsGoToLeader(
 		t.Fatalf("stale read on the faulty follower listed %v: served from its own state, not the leader's", names)
 	}
 
-	stores[fi].failing.Store(false)
+	stores[fi].Failing.Store(false)
 	waitFor(t, 60*time.Second, "the follower to be healthy again", func() (bool, string) {
 		h, s := health()
 		return h.GetHealthy(), s

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,23 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"github.com/cohortlabs/cohort/internal/faultstore"
 )
-
-// flakyLogStore fails every append with ENOSPC while failing is set, as
-// bolt does on a full disk.
-type flakyLogStore struct {
-	raft.LogStore
-	failing atomic.Bool
-}
-
-func (s *flakyLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
-
-func (s *flakyLogStore) StoreLogs(logs []*raft.Log) error {
-	if s.failing.Load() {
-		return &fs.PathError{Op: "write", Path: "raft.db", Err: syscall.ENOSPC}
-	}
-	return s.LogStore.StoreLogs(logs)
-}
 
 func TestLagFault_Threshold(t *testing.T) {
 	tests := []struct {
@@ -106,11 +88,11 @@ func (c *testCluster) follower(leader *testNode) int {
 }
 
 func TestFollower_LogStoreFailsWrites_NotReadyWithReasonUntilWritesSucceed(t *testing.T) {
-	stores := make([]*flakyLogStore, 3)
+	stores := make([]*faultstore.FullDisk, 3)
 	c := newTestCluster(t, 3, func(i int, cfg *Config) {
 		cfg.ReadyMaxLag = 5
 		cfg.WrapLogStore = func(s raft.LogStore) raft.LogStore {
-			stores[i] = &flakyLogStore{LogStore: s}
+			stores[i] = &faultstore.FullDisk{LogStore: s}
 			return stores[i]
 		}
 	})
@@ -122,7 +104,7 @@ func TestFollower_LogStoreFailsWrites_NotReadyWithReasonUntilWritesSucceed(t *te
 		return ok, reason
 	})
 
-	stores[fi].failing.Store(true)
+	stores[fi].Failing.Store(true)
 	for i := range 20 {
 		leader.apply(t, createTopic(fmt.Sprintf("t%d", i), 1))
 	}
@@ -148,7 +130,7 @@ func TestFollower_LogStoreFailsWrites_NotReadyWithReasonUntilWritesSucceed(t *te
 		t.Error("cohort_raft_write_errors_total{write=\"raft log append\"} did not count the failures")
 	}
 
-	stores[fi].failing.Store(false)
+	stores[fi].Failing.Store(false)
 	waitFor(t, 60*time.Second, "the follower to be ready again once writes succeed", func() (bool, string) {
 		ok, reason := f.node.Ready()
 		return ok && f.node.Fault() == nil, reason
