@@ -1,7 +1,9 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -185,6 +187,13 @@ func newFuzzNode(t *testing.T) *fuzzNode {
 	return n
 }
 
+// fuzzing reports whether the test binary runs a fuzz target (-test.fuzz)
+// rather than replaying the corpora.
+func fuzzing() bool {
+	f := flag.Lookup("test.fuzz")
+	return f != nil && f.Value.String() != ""
+}
+
 // errorMemberID is the member ID a MEMBER_ID_REQUIRED refusal hands out.
 func errorMemberID(err error) string {
 	st, _ := status.FromError(err)
@@ -264,29 +273,24 @@ func (n *fuzzNode) check(t *testing.T) {
 	defer n.log.mu.Unlock()
 	var first []byte
 	for i, f := range n.log.fsms {
-		var buf bytesBuffer
+		var buf bytes.Buffer
 		if _, err := f.Snapshot().WriteTo(&buf); err != nil {
 			t.Fatalf("replica %d: snapshot: %v", i, err)
 		}
 		if i == 0 {
-			first = buf.b
-		} else if string(buf.b) != string(first) {
+			first = buf.Bytes()
+		} else if !bytes.Equal(buf.Bytes(), first) {
 			t.Fatalf("replica %d differs from replica 0 after the same %d entries", i, n.log.index)
 		}
 	}
 	if n.log.worstAlloc > fuzzMaxApplyAlloc {
 		t.Fatalf("an apply of %s allocated %d bytes, over the bound of %d", n.log.worstKind, n.log.worstAlloc, fuzzMaxApplyAlloc)
 	}
-	if n.log.worstTime > fuzzMaxApplyTime {
+	// The time bound is checked while fuzzing only: replayed by `make test`
+	// on a loaded machine, a time is no verdict.
+	if fuzzing() && n.log.worstTime > fuzzMaxApplyTime {
 		t.Fatalf("an apply took %v, over the bound of %v", n.log.worstTime, fuzzMaxApplyTime)
 	}
-}
-
-type bytesBuffer struct{ b []byte }
-
-func (w *bytesBuffer) Write(p []byte) (int, error) {
-	w.b = append(w.b, p...)
-	return len(p), nil
 }
 
 func join(group, member string, topics ...string) *cohortv1.JoinGroupRequest {
