@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"io"
 	"log/slog"
 	"net"
@@ -183,6 +184,21 @@ func outgoing(ctx context.Context) context.Context {
 // certainly did not happen. Without it, a NOT_LEADER from a follower that
 // knew a leader may come after the leader applied the call.
 const NotForwardedKey = "forwarded"
+
+// NotForwarded reports whether err is a follower's NOT_LEADER marked with
+// NotForwardedKey: the call certainly did not happen.
+func NotForwarded(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()[NotForwardedKey] == "false"
+		}
+	}
+	return false
+}
 
 // notForwardedError is a NOT_LEADER for a call that never left this node.
 type notForwardedError struct{ *errcode.ProtocolError }

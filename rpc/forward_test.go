@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -290,15 +289,6 @@ func (unavailableLeader) Status(context.Context, *cohortv1.StatusRequest) (*coho
 // leader) says so in its ErrorInfo, so a caller knows the call did not
 // happen; one the leader may have received does not.
 func TestForwarder_NotForwardedMarksOnlyCallsThatNeverLeft(t *testing.T) {
-	notForwarded := func(err error) bool {
-		st, _ := status.FromError(err)
-		for _, d := range st.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok {
-				return info.GetMetadata()[NotForwardedKey] == "false"
-			}
-		}
-		return false
-	}
 	call := func(leader string) error {
 		f := NewForwarder(fixedLeadership{leader: leader}, Services, localClusterMethods, slog.New(slog.DiscardHandler))
 		defer f.Close()
@@ -313,10 +303,10 @@ func TestForwarder_NotForwardedMarksOnlyCallsThatNeverLeft(t *testing.T) {
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	if err := call(deadAddr); Reason(err) != "NOT_LEADER" || !notForwarded(err) {
+	if err := call(deadAddr); Reason(err) != "NOT_LEADER" || !NotForwarded(err) {
 		t.Errorf("leader refusing connections: %v, want NOT_LEADER marked not forwarded", err)
 	}
-	if err := call(serve(t, nil, unavailableLeader{})); Reason(err) != "NOT_LEADER" || notForwarded(err) {
+	if err := call(serve(t, nil, unavailableLeader{})); Reason(err) != "NOT_LEADER" || NotForwarded(err) {
 		t.Errorf("leader failing after it got the call: %v, want NOT_LEADER not marked", err)
 	}
 }

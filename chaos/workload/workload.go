@@ -15,11 +15,9 @@
 package workload
 
 import (
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/cohortlabs/cohort/chaos/history"
 	"github.com/cohortlabs/cohort/client"
@@ -63,21 +61,6 @@ func (c *call) leaderKnown() bool {
 	return false
 }
 
-// notForwarded reports whether a follower said it never handed the call to
-// the leader (rpc.NotForwardedKey): it had no connection to it.
-func notForwarded(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok {
-		return false
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetMetadata()[rpc.NotForwardedKey] == "false"
-		}
-	}
-	return false
-}
-
 // classify turns a write's error into an outcome. A protocol refusal is a
 // failure, except NOT_LEADER, the one code a node may answer after
 // proposing. A request that certainly never reached a leader is a failure
@@ -96,7 +79,7 @@ func classify(err error, c *call) history.Outcome {
 	case errcode.Unknown:
 		return history.Info
 	case errcode.NotLeader:
-		if !c.leaderKnown() || notForwarded(err) {
+		if !c.leaderKnown() || rpc.NotForwarded(err) {
 			return history.Fail
 		}
 		return history.Info
