@@ -309,11 +309,11 @@ func catchUpContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // undoAdd removes a non-voter AddVoter added that did not catch up (why),
 // within the caller's deadline if it has one, else undoAddTimeout.
 func (cl *Cluster) undoAdd(parent context.Context, id string, why error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), undoAddTimeout)
-	if dl, ok := parent.Deadline(); ok {
-		cancel()
-		ctx, cancel = context.WithDeadline(context.WithoutCancel(parent), dl)
+	dl, ok := parent.Deadline()
+	if !ok {
+		dl = time.Now().Add(undoAddTimeout)
 	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), dl)
 	defer cancel()
 	if _, err := cl.RemoveServer(ctx, id, false); err != nil {
 		return lagging(why, "removing %s again failed, it stays a non-voter: %v", id, err)
