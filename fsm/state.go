@@ -322,8 +322,11 @@ func (s *State) mutableGroup(id string) (*Group, bool) {
 	if g.epoch != s.epoch {
 		g = g.clone(s.epoch)
 		s.groups[id] = g
-		s.touch(g)
 	}
+	// Whoever asks for a writable group may change its size, whether or
+	// not it had to be copied (a restored state's groups are writable at
+	// once): its size is settled when the command ends.
+	s.touch(g)
 	return g, true
 }
 
