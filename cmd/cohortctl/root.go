@@ -53,6 +53,7 @@ token, pass it with --admin-token (or COHORT_ADMIN_TOKEN).`,
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on each command's calls")
 	pf.IntVar(&g.maxRecv, "max-recv-msg-size", client.MaxRecvMsgSize, "largest answer accepted, in bytes (a node sends at most --grpc-max-send-bytes, 1 GiB by default)")
 	root.AddCommand(newClusterCommand(g), newSnapshotCommand(g), newGroupsCommand(g), newOffsetsCommand(g), newTopicsCommand(g))
+	root.AddCommand(newCertsCommand())
 	return root
 }
 
