@@ -21,6 +21,16 @@ build:
 run: build
 	scripts/run-cluster.sh $(BIN)/cohortd ./data
 
+# A development PKI in certs/dev (git-ignored): a CA, node certificates for
+# CERT_NODES, an admin certificate (cohortctl) and a client one. Running it
+# again creates only what is missing. Node certificates name node/<id>, so
+# the IDs must be the nodes' --node-id.
+CERT_NODES ?= n1,n2,n3
+.PHONY: certs
+certs:
+	$(GO) build -o $(BIN)/ ./cmd/cohortctl
+	$(BIN)/cohortctl certs dev --dir certs/dev --nodes $(CERT_NODES)
+
 # Everything CI checks: generated code is current, lint is clean, and every
 # test passes under the race detector.
 test: proto-check lint unit
