@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/hashicorp/raft"
 )
 
@@ -106,6 +107,11 @@ const (
 	// heartbeat every HeartbeatTimeout/10; outbound connections idle for
 	// half of it are re-dialled before reuse (see streamLayer).
 	DefaultIdleTimeout = time.Minute
+	// DefaultRaftHandshakeTimeout bounds an inbound TLS handshake on the
+	// Raft port. A handshake between nodes takes milliseconds even on a
+	// loaded node; 5 s leaves room for a stalled one while freeing a slot
+	// held by a silent peer soon.
+	DefaultRaftHandshakeTimeout = 5 * time.Second
 )
 
 // minMaxSnapshotSize is the smallest MaxSnapshotSize: an empty state's
@@ -177,6 +183,20 @@ type Config struct {
 	// for this long. At least 10× the heartbeat timeout, so a connection
 	// in use is never cut.
 	IdleTimeout time.Duration
+	// TLS, when set, makes the Raft transport mutual TLS 1.3: both ends
+	// present a certificate that chains to TLS's CA bundle, and a peer
+	// is accepted only as a node of the Raft configuration (any node
+	// while the configuration is empty, as on a fresh node waiting to be
+	// added); a dialled server must be the node the configuration has at
+	// that address. The certificate must name this node's principal,
+	// node/<NodeID>. Rotated files take effect for new connections. Nil:
+	// plaintext TCP, on which anyone who reaches the Raft port can forge
+	// RPCs. All nodes of a cluster must agree.
+	TLS *auth.Credentials
+	// RaftHandshakeTimeout bounds an inbound TLS handshake from accept to
+	// its end; a connection holds one of the MaxConns slots meanwhile.
+	// (Outbound handshakes are bounded by the transport's dial timeout.)
+	RaftHandshakeTimeout time.Duration
 
 	// Logger receives the node's and raft's logs.
 	Logger *slog.Logger
@@ -204,8 +224,9 @@ func DefaultConfig() Config {
 		ReadyMaxLag:         DefaultReadyMaxLag,
 		ReadyMaxLastContact: DefaultReadyMaxLastContact,
 
-		MaxConns:    DefaultMaxConns,
-		IdleTimeout: DefaultIdleTimeout,
+		MaxConns:             DefaultMaxConns,
+		IdleTimeout:          DefaultIdleTimeout,
+		RaftHandshakeTimeout: DefaultRaftHandshakeTimeout,
 
 		Logger: slog.Default(),
 	}
@@ -287,10 +308,37 @@ func (c Config) Validate() error {
 	if c.IdleTimeout < 10*c.HeartbeatTimeout {
 		errs = append(errs, fmt.Errorf("raft idle timeout %s: must be at least 10× the heartbeat timeout %s (%s)", c.IdleTimeout, c.HeartbeatTimeout, 10*c.HeartbeatTimeout))
 	}
+	if c.RaftHandshakeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("raft handshake timeout %s: must be positive", c.RaftHandshakeTimeout))
+	}
+	if c.TLS != nil {
+		if err := checkOwnCertificate(c.TLS, c.NodeID); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("logger is required"))
 	}
 	return errors.Join(errs...)
+}
+
+// checkOwnCertificate checks that creds hold a certificate naming the
+// node id (any node when id is empty: it is not known yet). Peers check
+// that name against the Raft configuration, so a node with another one
+// would be refused by every peer; better to fail at start.
+func checkOwnCertificate(creds *auth.Credentials, id string) error {
+	if creds.Leaf() == nil {
+		return fmt.Errorf("raft TLS (%s): no certificate of the node's own, only a CA bundle", creds.Name())
+	}
+	p := creds.Principal()
+	if p.Role != auth.RoleNode || (id != "" && p.Name != id) {
+		want := "node/" + id
+		if id == "" {
+			want = "node/<node id>"
+		}
+		return fmt.Errorf("raft TLS (%s): the certificate names %s, want %s", creds.Name(), p, want)
+	}
+	return nil
 }
 
 // Lower bounds of the byte limits: below them the cache holds nothing

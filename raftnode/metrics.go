@@ -84,7 +84,7 @@ type Collector struct {
 	lastSnapshotBytes, lastContact, voters, restores,
 	fault, logCacheBytes, logCacheEntries, logBytesSinceSnapshot,
 	topics, groups, members, offsets, nodes,
-	raftConns, raftConnsRefused, raftConnsIdleClosed *prometheus.Desc
+	raftConns, raftConnsRefused, raftConnsIdleClosed, raftHandshakesRefused *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -119,6 +119,8 @@ func newCollector(n *Node) *Collector {
 		raftConnsRefused:      d("cohort_raft_inbound_connections_refused_total", "Inbound Raft connections closed at accept because --raft-max-conns were open."),
 		raftConnsIdleClosed: d("cohort_raft_inbound_connections_idle_closed_total",
 			"Inbound Raft connections closed after --raft-idle-timeout without a byte from the peer."),
+		raftHandshakesRefused: d("cohort_raft_inbound_handshakes_refused_total",
+			"Inbound Raft connections closed because their TLS handshake failed, did not finish within the handshake timeout, or the peer was not a node of the Raft configuration."),
 	}
 }
 
@@ -133,7 +135,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.state, c.term, c.commitIndex, c.appliedIndex, c.fsmAppliedIndex,
 		c.lastIndex, c.lastSnapshotIndex, c.lastSnapshotBytes, c.lastContact, c.voters, c.restores,
 		c.fault, c.logCacheBytes, c.logCacheEntries, c.logBytesSinceSnapshot,
-		c.topics, c.groups, c.members, c.offsets, c.nodes, c.raftConns, c.raftConnsRefused, c.raftConnsIdleClosed} {
+		c.topics, c.groups, c.members, c.offsets, c.nodes, c.raftConns, c.raftConnsRefused, c.raftConnsIdleClosed, c.raftHandshakesRefused} {
 		ch <- d
 	}
 	for _, h := range c.histograms() {
@@ -196,6 +198,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.raftConns, float64(n.stream.OpenConns()))
 	ch <- prometheus.MustNewConstMetric(c.raftConnsRefused, prometheus.CounterValue, float64(n.stream.RefusedConns()))
 	ch <- prometheus.MustNewConstMetric(c.raftConnsIdleClosed, prometheus.CounterValue, float64(n.stream.IdleClosedConns()))
+	ch <- prometheus.MustNewConstMetric(c.raftHandshakesRefused, prometheus.CounterValue, float64(n.stream.RefusedHandshakes()))
 	for _, h := range c.histograms() {
 		h.Collect(ch)
 	}

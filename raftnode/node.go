@@ -105,6 +105,12 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, err
 	}
 	cfg.NodeID = id
+	if cfg.TLS != nil {
+		// Validate could not check the name against a generated ID.
+		if err := checkOwnCertificate(cfg.TLS, id); err != nil {
+			return nil, fmt.Errorf("raftnode config: %w", err)
+		}
+	}
 	n := &Node{
 		cfg:      cfg,
 		id:       id,
@@ -161,7 +167,12 @@ func (n *Node) open() error {
 			return fmt.Errorf("resolve raft advertise address %q: %w", cfg.RaftAdvertise, err)
 		}
 	}
-	stream, err := newStreamLayer(cfg.RaftBind, advertise, cfg.MaxConns, cfg.IdleTimeout, n.log)
+	var stream *streamLayer
+	if cfg.TLS != nil {
+		stream, err = newTLSStreamLayer(cfg.RaftBind, advertise, cfg.MaxConns, cfg.IdleTimeout, n.log, cfg.TLS, cfg.RaftHandshakeTimeout)
+	} else {
+		stream, err = newStreamLayer(cfg.RaftBind, advertise, cfg.MaxConns, cfg.IdleTimeout, n.log)
+	}
 	if err != nil {
 		return fmt.Errorf("listen for raft on %s: %w", cfg.RaftBind, err)
 	}
@@ -208,7 +219,16 @@ func (n *Node) open() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
-	n.log.Info("raft started", "raft_address", n.cfg.RaftAdvertise, "data_dir", cfg.DataDir,
+	// Until now TLS peers were refused: there was no configuration to
+	// check them against.
+	stream.setConfigSource(func() (raft.Configuration, error) {
+		f := r.GetConfiguration() // reads the latest configuration; never waits on raft's loop
+		if err := f.Error(); err != nil {
+			return raft.Configuration{}, err
+		}
+		return f.Configuration(), nil
+	})
+	n.log.Info("raft started", "raft_address", n.cfg.RaftAdvertise, "raft_tls", cfg.TLS != nil, "data_dir", cfg.DataDir,
 		"existing_state", n.hadState, "last_index", r.LastIndex())
 	return nil
 }

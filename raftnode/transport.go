@@ -1,6 +1,8 @@
 package raftnode
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/hashicorp/raft"
 )
 
@@ -29,6 +32,22 @@ import (
 //     half the idle timeout is re-dialled before its next request, so the
 //     peer's idle close never fails an RPC. This assumes every node runs
 //     with an idle timeout of at least half of this node's.
+//
+// With TLS (creds not nil) both sides authenticate with TLS 1.3, because
+// on plaintext anyone who reaches the port can forge AppendEntries:
+//
+//   - Inbound, a loop accepts raw connections and handshakes each in its
+//     own goroutine, so a peer that connects and stalls delays nobody
+//     else. A connection holds one of the maxConns slots from accept, so
+//     stalled handshakes cannot exceed the bound either, and each has
+//     handshakeTimeout to finish. Only finished, authorised connections
+//     reach raft's Accept. The client must present a certificate of the
+//     CA naming a node that is a server of the current Raft
+//     configuration (any node while the configuration is empty: a fresh
+//     node waits for a leader it cannot know yet).
+//   - Outbound, Dial handshakes within raft's dial timeout and checks the
+//     server's principal against the configuration (checkServer). The
+//     idle re-dial goes through the same dial.
 type streamLayer struct {
 	lis         net.Listener
 	advertise   net.Addr
@@ -36,66 +55,309 @@ type streamLayer struct {
 	idleTimeout time.Duration
 	log         *slog.Logger
 
-	open       atomic.Int64 // inbound connections open
-	refused    atomic.Uint64
-	idleClosed atomic.Uint64
-	lastWarnM  sync.Mutex
-	lastWarn   time.Time
+	// TLS only (creds nil: plaintext).
+	creds            *auth.Credentials
+	handshakeTimeout time.Duration
+	serverTLS        *tls.Config
+	config           atomic.Pointer[configSource]
+	accepted         chan acceptResult // handshaken conns (or accept errors) for Accept
+
+	// ctx is cancelled by Close: it stops the accept loop and the
+	// handshakes in flight, which wg waits for.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	open              atomic.Int64 // inbound connections open (with TLS, handshaking ones too)
+	refused           atomic.Uint64
+	refusedHandshakes atomic.Uint64
+	idleClosed        atomic.Uint64
+	refusedWarn       warnLimiter
+	handshakeWarn     warnLimiter
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
+
+// configSource reads raft's latest configuration: what peers are checked
+// against. It is set once raft exists, which is after the stream layer.
+type configSource func() (raft.Configuration, error)
+
+type acceptResult struct {
+	conn net.Conn
+	err  error
+}
 
 // refusedLogInterval spaces the warnings about refused connections: a
 // flood must not become a flood of log lines.
 const refusedLogInterval = 10 * time.Second
 
-// newStreamLayer listens on bind. advertise, when not nil, is the address
-// reported to raft (and so to other nodes).
+// warnLimiter lets one warning through per refusedLogInterval.
+type warnLimiter struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (w *warnLimiter) allow() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now := time.Now(); now.Sub(w.last) >= refusedLogInterval {
+		w.last = now
+		return true
+	}
+	return false
+}
+
+// newStreamLayer listens on bind for plaintext TCP. advertise, when not
+// nil, is the address reported to raft (and so to other nodes).
 func newStreamLayer(bind string, advertise net.Addr, maxConns int, idleTimeout time.Duration, log *slog.Logger) (*streamLayer, error) {
+	return listenStream(bind, advertise, maxConns, idleTimeout, log, nil, 0)
+}
+
+// newTLSStreamLayer listens on bind for mutual TLS with creds (which must
+// hold the node's certificate); an inbound handshake must finish within
+// handshakeTimeout. Peers are refused until setConfigSource is called.
+func newTLSStreamLayer(bind string, advertise net.Addr, maxConns int, idleTimeout time.Duration, log *slog.Logger,
+	creds *auth.Credentials, handshakeTimeout time.Duration) (*streamLayer, error) {
+	if creds == nil || creds.Leaf() == nil {
+		return nil, errors.New("raft TLS needs credentials with the node's own certificate")
+	}
+	return listenStream(bind, advertise, maxConns, idleTimeout, log, creds, handshakeTimeout)
+}
+
+func listenStream(bind string, advertise net.Addr, maxConns int, idleTimeout time.Duration, log *slog.Logger,
+	creds *auth.Credentials, handshakeTimeout time.Duration) (*streamLayer, error) {
 	lis, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
 	}
-	s := &streamLayer{lis: lis, advertise: advertise, maxConns: maxConns, idleTimeout: idleTimeout, log: log}
+	s := &streamLayer{lis: lis, advertise: advertise, maxConns: maxConns, idleTimeout: idleTimeout, log: log,
+		creds: creds, handshakeTimeout: handshakeTimeout}
 	addr, ok := s.Addr().(*net.TCPAddr)
 	if !ok || addr.IP == nil || addr.IP.IsUnspecified() {
 		_ = lis.Close()
 		return nil, fmt.Errorf("raft address %s is not an advertisable TCP address", s.Addr())
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if creds != nil {
+		s.serverTLS = creds.ServerTLS(true, s.checkClient)
+		s.accepted = make(chan acceptResult)
+		s.wg.Add(1)
+		go s.acceptLoop()
+	}
 	return s, nil
 }
 
+// setConfigSource gives the stream layer raft's configuration to check
+// TLS peers against.
+func (s *streamLayer) setConfigSource(f configSource) { s.config.Store(&f) }
+
+// configuration is raft's latest configuration, or an error before raft
+// exists: then no peer can be checked, and refusing is the safe answer
+// (raft retries within a heartbeat).
+func (s *streamLayer) configuration() (raft.Configuration, error) {
+	f := s.config.Load()
+	if f == nil {
+		return raft.Configuration{}, errors.New("raft has not started: no configuration to check the peer against yet")
+	}
+	return (*f)()
+}
+
 // Accept returns the next inbound connection within the bound; those
-// beyond it are closed here and never reach raft.
+// beyond it are closed here and never reach raft. With TLS, it returns
+// connections whose handshake finished and whose peer is authorised.
 func (s *streamLayer) Accept() (net.Conn, error) {
+	if s.creds != nil {
+		select {
+		case r := <-s.accepted:
+			return r.conn, r.err
+		case <-s.ctx.Done():
+			return nil, fmt.Errorf("raft stream layer on %s: %w", s.lis.Addr(), net.ErrClosed)
+		}
+	}
 	for {
 		c, err := s.lis.Accept()
 		if err != nil {
 			return nil, err
 		}
-		if s.open.Add(1) > int64(s.maxConns) {
-			s.open.Add(-1)
-			_ = c.Close()
-			s.noteRefused(c.RemoteAddr())
+		if !s.admit(c) {
 			continue
 		}
 		return &inboundConn{Conn: c, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed}, nil
 	}
 }
 
+// admit takes a slot for c, or closes c when all maxConns are taken.
+func (s *streamLayer) admit(c net.Conn) bool {
+	if s.open.Add(1) > int64(s.maxConns) {
+		s.open.Add(-1)
+		// Counted before the peer can see the close.
+		s.noteRefused(c.RemoteAddr())
+		_ = c.Close()
+		return false
+	}
+	return true
+}
+
+// acceptLoop accepts raw TLS-port connections and starts a handshake for
+// each admitted one. It never waits on a handshake.
+func (s *streamLayer) acceptLoop() {
+	defer s.wg.Done()
+	const baseDelay, maxDelay = 5 * time.Millisecond, time.Second
+	var delay time.Duration
+	for {
+		c, err := s.lis.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			// Raft logs the error. Back off as raft does, or a persistent
+			// error (out of file descriptors) would spin this loop.
+			select {
+			case s.accepted <- acceptResult{err: err}:
+			case <-s.ctx.Done():
+				return
+			}
+			delay = min(max(2*delay, baseDelay), maxDelay)
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return
+			}
+			continue
+		}
+		delay = 0
+		if !s.admit(c) {
+			continue
+		}
+		s.wg.Add(1)
+		go s.handshake(c)
+	}
+}
+
+// handshake runs the server side of raw's TLS handshake within
+// handshakeTimeout and hands the connection to Accept, or closes it and
+// gives its slot back.
+func (s *streamLayer) handshake(raw net.Conn) {
+	defer s.wg.Done()
+	err := raw.SetDeadline(time.Now().Add(s.handshakeTimeout))
+	tc := tls.Server(raw, s.serverTLS)
+	if err == nil {
+		err = tc.HandshakeContext(s.ctx)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("no complete handshake within %s: %w", s.handshakeTimeout, err)
+		}
+	}
+	if err == nil {
+		// Raft sets no deadlines on inbound connections; the idle
+		// timeout's read deadline is set by every Read.
+		err = raw.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		if s.ctx.Err() == nil { // not our own shutdown
+			s.noteRefusedHandshake(raw.RemoteAddr(), err)
+		}
+		_ = raw.Close()
+		s.open.Add(-1)
+		return
+	}
+	c := &inboundConn{Conn: tc, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed}
+	select {
+	case s.accepted <- acceptResult{conn: c}:
+	case <-s.ctx.Done():
+		_ = c.Close()
+	}
+}
+
+// checkClient authorises an inbound peer whose certificate chains to the
+// CA: a node of the configuration, or any node while it is empty.
+func (s *streamLayer) checkClient(p auth.Principal) error {
+	if p.Role != auth.RoleNode {
+		return fmt.Errorf("client certificate names %s: only nodes may connect to the raft port", p)
+	}
+	cfg, err := s.configuration()
+	if err != nil {
+		return fmt.Errorf("client %s: %w", p, err)
+	}
+	if len(cfg.Servers) == 0 {
+		return nil // a fresh node: the leader that will add it is not known yet
+	}
+	for _, srv := range cfg.Servers {
+		if string(srv.ID) == p.Name {
+			return nil
+		}
+	}
+	return fmt.Errorf("client certificate names %s, not a server of the raft configuration %v", p, serverIDs(cfg))
+}
+
+// checkServer returns the check of the principal of the server dialled at
+// address: the node the configuration has at that address; when it has
+// none there (a peer being discovered), any node of the configuration, or
+// any node at all while it is empty.
+func (s *streamLayer) checkServer(address raft.ServerAddress) func(auth.Principal) error {
+	return func(p auth.Principal) error {
+		if p.Role != auth.RoleNode {
+			return fmt.Errorf("server %s presents %s, not a node", address, p)
+		}
+		cfg, err := s.configuration()
+		if err != nil {
+			return fmt.Errorf("server %s (%s): %w", address, p, err)
+		}
+		var want []raft.ServerID
+		for _, srv := range cfg.Servers {
+			if srv.Address == address {
+				if string(srv.ID) == p.Name {
+					return nil
+				}
+				want = append(want, srv.ID)
+			}
+		}
+		if len(want) > 0 {
+			return fmt.Errorf("server %s presents %s, but the raft configuration has node %v at that address", address, p, want)
+		}
+		if len(cfg.Servers) == 0 {
+			return nil
+		}
+		for _, srv := range cfg.Servers {
+			if string(srv.ID) == p.Name {
+				return nil
+			}
+		}
+		return fmt.Errorf("server %s presents %s, not a server of the raft configuration %v", address, p, serverIDs(cfg))
+	}
+}
+
+func serverIDs(cfg raft.Configuration) []raft.ServerID {
+	ids := make([]raft.ServerID, len(cfg.Servers))
+	for i, srv := range cfg.Servers {
+		ids[i] = srv.ID
+	}
+	return ids
+}
+
 func (s *streamLayer) noteRefused(from net.Addr) {
 	n := s.refused.Add(1)
-	s.lastWarnM.Lock()
-	defer s.lastWarnM.Unlock()
-	if now := time.Now(); now.Sub(s.lastWarn) >= refusedLogInterval {
-		s.lastWarn = now
+	if s.refusedWarn.allow() {
 		s.log.Warn("raft connection refused: too many open connections (--raft-max-conns)",
 			"remote_address", from.String(), "max_conns", s.maxConns, "refused_total", n)
 	}
 }
 
-// Close stops accepting; open connections are closed by raft.
-func (s *streamLayer) Close() error { return s.lis.Close() }
+func (s *streamLayer) noteRefusedHandshake(from net.Addr, reason error) {
+	n := s.refusedHandshakes.Add(1)
+	if s.handshakeWarn.allow() {
+		s.log.Warn("raft connection refused: TLS handshake failed",
+			"remote_address", from.String(), "reason", reason.Error(), "refused_handshakes_total", n)
+	}
+}
+
+// Close stops accepting and the handshakes in flight; connections handed
+// to raft are closed by raft.
+func (s *streamLayer) Close() error {
+	s.cancel()
+	err := s.lis.Close()
+	s.wg.Wait()
+	return err
+}
 
 // Addr is the advertised address, or the listener's.
 func (s *streamLayer) Addr() net.Addr {
@@ -108,20 +370,42 @@ func (s *streamLayer) Addr() net.Addr {
 // Dial opens an outbound connection that re-dials itself when it was left
 // idle long enough for the peer to have closed it.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	c, err := s.dial(string(address), timeout)
 	if err != nil {
 		return nil, err
 	}
-	o := &outboundConn{addr: string(address), dialTimeout: timeout, stale: s.idleTimeout / 2, conn: c}
+	o := &outboundConn{addr: string(address), dialTimeout: timeout, stale: s.idleTimeout / 2, conn: c, dial: s.dial}
 	o.lastUsed.Store(time.Now().UnixNano())
 	return o, nil
 }
 
-// OpenConns is the number of inbound connections open now.
+// dial connects to addr: plain TCP, or with TLS a finished handshake
+// (both within timeout) with a server checkServer accepts.
+func (s *streamLayer) dial(addr string, timeout time.Duration) (net.Conn, error) {
+	if s.creds == nil {
+		return net.DialTimeout("tcp", addr, timeout)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, timeout)
+	defer cancel()
+	d := tls.Dialer{Config: s.creds.ClientTLS(s.checkServer(raft.ServerAddress(addr)))}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("raft TLS dial %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// OpenConns is the number of inbound connections open now (with TLS,
+// including those still handshaking).
 func (s *streamLayer) OpenConns() int { return int(s.open.Load()) }
 
 // RefusedConns is the number of inbound connections refused so far.
 func (s *streamLayer) RefusedConns() uint64 { return s.refused.Load() }
+
+// RefusedHandshakes is the number of inbound TLS connections closed so
+// far because their handshake failed, timed out, or the peer was not an
+// authorised node.
+func (s *streamLayer) RefusedHandshakes() uint64 { return s.refusedHandshakes.Load() }
 
 // IdleClosedConns is the number of inbound connections that timed out idle.
 func (s *streamLayer) IdleClosedConns() uint64 { return s.idleClosed.Load() }
@@ -165,6 +449,7 @@ type outboundConn struct {
 	addr        string
 	dialTimeout time.Duration
 	stale       time.Duration
+	dial        func(addr string, timeout time.Duration) (net.Conn, error) // the stream layer's
 
 	mu       sync.Mutex
 	conn     net.Conn
@@ -209,7 +494,7 @@ func (o *outboundConn) freshen() (net.Conn, error) {
 	if o.stale <= 0 || idle < o.stale || o.reading.Load() > 0 {
 		return o.conn, nil
 	}
-	c, err := net.DialTimeout("tcp", o.addr, o.dialTimeout)
+	c, err := o.dial(o.addr, o.dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("re-dial idle raft connection to %s: %w", o.addr, err)
 	}
