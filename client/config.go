@@ -102,8 +102,12 @@ type Config struct {
 	// a barrier; JoinGroup and SyncGroup attempts get RebalanceTimeout on
 	// top. Default 5 s.
 	RequestTimeout time.Duration
-	// DialOptions are appended to the default (insecure transport
-	// credentials), so they may replace them.
+	// Credentials authenticate the member to a cluster that authorizes
+	// calls: TLS (LoadTLS) with a client certificate, or a bearer token.
+	// Default: plaintext, no credential.
+	Credentials Credentials
+	// DialOptions are appended to the defaults (Credentials' transport),
+	// so they may replace them.
 	DialOptions []grpc.DialOption
 	// Logger receives one structured line per event that matters to an
 	// operator. Default: discard.
@@ -245,6 +249,7 @@ const maxTimeout = time.Duration(1<<31-1) * time.Millisecond
 func (c Config) connConfig() ConnConfig {
 	return ConnConfig{
 		Endpoints:       c.Endpoints,
+		Credentials:     c.Credentials,
 		DialOptions:     c.DialOptions,
 		RequestTimeout:  c.RequestTimeout,
 		RetryBackoffMin: c.RetryBackoffMin,
@@ -257,6 +262,7 @@ func (c Config) connConfig() ConnConfig {
 // Config.
 type ConnConfig struct {
 	Endpoints       []string
+	Credentials     Credentials
 	DialOptions     []grpc.DialOption
 	RequestTimeout  time.Duration
 	RetryBackoffMin time.Duration

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -69,10 +68,8 @@ func Dial(cfg ConnConfig) (*Conn, error) {
 		return nil, fmt.Errorf("cohort: invalid connection config: %w", err)
 	}
 	cfg.Endpoints = slices.Clone(cfg.Endpoints)
-	dial := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
-	}, cfg.DialOptions...)
+	dial := append(cfg.Credentials.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)))
+	dial = append(dial, cfg.DialOptions...)
 	return &Conn{
 		cfg:      cfg,
 		dial:     dial,

@@ -146,6 +146,46 @@ func (cl *Cluster) registerOnce(ctx context.Context) (bool, error) {
 	return cl.registered(), nil
 }
 
+// registrationCheckTimeout bounds the call that checks a new address.
+const registrationCheckTimeout = 5 * time.Second
+
+// verifyRegistration refuses to move a server of the configuration to
+// addresses where that server does not answer: before the leader sends
+// it entries or forwards calls there, the new gRPC address must answer
+// NodeInfo as the same node (over TLS, with a certificate naming it) and
+// name the same Raft address. This node's own entry must be its own
+// addresses. A registration that changes nothing, or names a node outside
+// the configuration (whose entry nobody dials until an admin adds it with
+// its addresses), is not checked.
+func (cl *Cluster) verifyRegistration(ctx context.Context, reg Registration) error {
+	if reg.NodeID == cl.id {
+		if self := cl.self(); reg != self {
+			return errcode.Errorf(errcode.InvalidArgument, "node %q is this node, at gRPC %s and Raft %s, not %s and %s", reg.NodeID, self.GRPCAddress, self.RaftAddress, reg.GRPCAddress, reg.RaftAddress)
+		}
+		return nil
+	}
+	c, err := cl.node.LeaderConfiguration()
+	if err != nil {
+		return err
+	}
+	s, ok := findServer(c, reg.NodeID)
+	if !ok || (string(s.Address) == reg.RaftAddress && cl.registryGRPC(s.ID) == reg.GRPCAddress) {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, registrationCheckTimeout)
+	defer cancel()
+	info, err := cl.peers.NodeInfo(cctx, reg.GRPCAddress)
+	switch {
+	case err != nil:
+		return errcode.Errorf(errcode.InvalidArgument, "register node %q: its new gRPC address %s does not answer: %v", reg.NodeID, reg.GRPCAddress, err)
+	case info.NodeID != reg.NodeID:
+		return errcode.Errorf(errcode.InvalidArgument, "register node %q: %s answers as node %q", reg.NodeID, reg.GRPCAddress, info.NodeID)
+	case info.RaftAddress != reg.RaftAddress:
+		return errcode.Errorf(errcode.InvalidArgument, "register node %q: the node at %s says its Raft address is %s, not %s", reg.NodeID, reg.GRPCAddress, info.RaftAddress, reg.RaftAddress)
+	}
+	return nil
+}
+
 // self is this node's registry entry.
 func (cl *Cluster) self() Registration {
 	return Registration{NodeID: cl.id, GRPCAddress: cl.cfg.GRPCAdvertise, RaftAddress: cl.raftAddr}
@@ -190,6 +230,9 @@ func (cl *Cluster) Register(ctx context.Context, reg Registration) (uint64, erro
 		return 0, errcode.Errorf(errcode.InvalidArgument, "raft_address is required")
 	}
 	if err := validateAddresses(reg.NodeID, reg.RaftAddress, reg.GRPCAddress); err != nil {
+		return 0, err
+	}
+	if err := cl.verifyRegistration(ctx, reg); err != nil {
 		return 0, err
 	}
 	res, err := cl.node.Apply(ctx, registerCommand(reg))

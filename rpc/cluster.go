@@ -2,15 +2,10 @@ package rpc
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohortlabs/cohort/cluster"
@@ -18,7 +13,7 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
-// AuthorizationHeader carries the admin token as "Bearer <token>".
+// AuthorizationHeader carries a bearer token as "Bearer <token>".
 const AuthorizationHeader = "authorization"
 
 // Waits of the admin calls that move leadership.
@@ -40,46 +35,24 @@ var localClusterMethods = []string{
 // ClusterService serves cohort.v1.ClusterService over a cluster.Cluster:
 // the node-to-node calls (NodeInfo, RegisterNode), Health, the membership
 // changes and snapshot streaming. The Forwarder brings every call but
-// NodeInfo and Health to the leader. With an admin token configured, every
-// call but NodeInfo and Health needs it.
+// NodeInfo and Health to the leader; the Authorizer has checked the caller.
 type ClusterService struct {
 	cohortv1.UnimplementedClusterServiceServer
-	cl    *cluster.Cluster
-	fwd   *Forwarder
-	token string
+	cl  *cluster.Cluster
+	fwd *Forwarder
 }
 
 // NewClusterService serves cl; fwd sends a call on to the new leader when
 // serving it moved leadership away from this node.
-func NewClusterService(cl *cluster.Cluster, fwd *Forwarder, adminToken string) *ClusterService {
-	return &ClusterService{cl: cl, fwd: fwd, token: adminToken}
+func NewClusterService(cl *cluster.Cluster, fwd *Forwarder) *ClusterService {
+	return &ClusterService{cl: cl, fwd: fwd}
 }
 
-// authorize checks the admin token when one is configured.
-func (s *ClusterService) authorize(ctx context.Context) error {
-	if s.token == "" {
-		return nil
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	got := md.Get(AuthorizationHeader)
-	if len(got) == 0 {
-		return status.Error(codes.Unauthenticated, "this cluster requires an admin token: pass --admin-token (or COHORT_ADMIN_TOKEN)")
-	}
-	tok, ok := strings.CutPrefix(got[0], "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) != 1 {
-		return status.Error(codes.Unauthenticated, "admin token rejected")
-	}
-	return nil
-}
-
-// admin runs an admin call on the leader: authorize, serve. When serving
-// it handed leadership over (the call changes this node), the call goes on
-// to the new leader, once.
+// admin runs an admin call on the leader. When serving it handed
+// leadership over (the call changes this node), the call goes on to the
+// new leader, once.
 func admin[Resp proto.Message](ctx context.Context, s *ClusterService, req proto.Message, serve func() (Resp, error)) (Resp, error) {
 	var zero Resp
-	if err := s.authorize(ctx); err != nil {
-		return zero, err
-	}
 	resp, err := serve()
 	if !errors.Is(err, cluster.ErrLeadershipMoved) {
 		return resp, toStatus(err)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
 )
@@ -66,6 +67,10 @@ type Forwarder struct {
 	local    map[string]bool // full method names every node serves itself
 	dialOpts []grpc.DialOption
 	log      *slog.Logger
+	// vouches: this node authenticates to the leader as a node, so it
+	// names the caller it authenticated (principalKey) instead of passing
+	// the caller's authorization header on.
+	vouches bool
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -168,14 +173,25 @@ func forwarded(ctx context.Context) bool {
 }
 
 // outgoing is the context of a call relayed to the leader: marked as
-// forwarded, with the original client's address and authorization.
-func outgoing(ctx context.Context) context.Context {
+// forwarded, with the original client's address, and the caller this
+// node authenticated (or, when this node is not a node to the leader, the
+// caller's own authorization header).
+func (f *Forwarder) outgoing(ctx context.Context) context.Context {
 	md := metadata.Pairs(forwardedKey, "1", clientHostKey, ClientHost(ctx))
-	in, _ := metadata.FromIncomingContext(ctx)
-	if a := in.Get(AuthorizationHeader); len(a) > 0 {
-		md.Set(AuthorizationHeader, a[0])
+	if p := auth.FromContext(ctx); f.vouches && !p.Anonymous() {
+		md.Set(principalKey, p.String())
+	} else if a := metadataValue(ctx, AuthorizationHeader); a != "" {
+		md.Set(AuthorizationHeader, a)
 	}
 	return metadata.NewOutgoingContext(ctx, md)
+}
+
+func metadataValue(ctx context.Context, key string) string {
+	in, _ := metadata.FromIncomingContext(ctx)
+	if v := in.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // NotForwardedKey is the ErrorInfo metadata key set to "false" on a
@@ -232,7 +248,7 @@ func (f *Forwarder) invoke(ctx context.Context, leader, fullMethod string, req a
 		return nil, toStatus(&notForwardedError{errcode.Errorf(errcode.NotLeader, "%v", err)})
 	}
 	var sent peer.Peer
-	if err := conn.Invoke(outgoing(ctx), fullMethod, req, out, grpc.Peer(&sent)); err != nil {
+	if err := conn.Invoke(f.outgoing(ctx), fullMethod, req, out, grpc.Peer(&sent)); err != nil {
 		return nil, leaderUnreachable(leader, err, &sent)
 	}
 	return out, nil
@@ -292,7 +308,7 @@ func (f *Forwarder) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.
 	defer cancel()
 	desc := &grpc.StreamDesc{StreamName: info.FullMethod, ServerStreams: info.IsServerStream, ClientStreams: info.IsClientStream}
 	var sent peer.Peer
-	up, err := conn.NewStream(outgoing(ctx), desc, info.FullMethod, grpc.Peer(&sent))
+	up, err := conn.NewStream(f.outgoing(ctx), desc, info.FullMethod, grpc.Peer(&sent))
 	if err != nil {
 		return leaderUnreachable(leader, err, &sent)
 	}

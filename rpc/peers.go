@@ -6,20 +6,21 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/cluster"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 // PeerClient is cluster.Peers over gRPC: it calls other nodes'
-// ClusterService, one connection per address, sending the admin token when
-// one is set. Refusals come back as errcode errors (fromStatus).
+// ClusterService, one connection per address, with the node's credentials
+// (Security.DialOptions). Refusals come back as errcode errors
+// (fromStatus).
 type PeerClient struct {
-	opts  []grpc.DialOption
-	token string
+	opts []grpc.DialOption
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -27,19 +28,16 @@ type PeerClient struct {
 
 var _ cluster.Peers = (*PeerClient)(nil)
 
-// NewPeerClient returns a client sending token (when not empty) as the
-// admin bearer token, dialling with opts (plaintext when none are given).
-func NewPeerClient(token string, opts ...grpc.DialOption) *PeerClient {
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
+// NewPeerClient returns a client that authenticates as sec says.
+func NewPeerClient(sec Security) *PeerClient {
+	opts := sec.DialOptions()
 	// Ping idle peer connections so one whose peer vanished (a partition
 	// that healed, a killed node) is noticed in seconds rather than when TCP
 	// gives up; Limits.KeepaliveMinTime permits pings this often.
 	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
 	}), clientCallOptions())
-	return &PeerClient{opts: opts, token: token, conns: map[string]*grpc.ClientConn{}}
+	return &PeerClient{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (c *PeerClient) client(ctx context.Context, addr string) (cohortv1.ClusterServiceClient, context.Context, error) {
@@ -58,9 +56,6 @@ func (c *PeerClient) client(ctx context.Context, addr string) (cohortv1.ClusterS
 		}
 		c.conns[addr] = conn
 	}
-	if c.token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, AuthorizationHeader, "Bearer "+c.token)
-	}
 	return cohortv1.NewClusterServiceClient(conn), ctx, nil
 }
 
@@ -70,9 +65,21 @@ func (c *PeerClient) NodeInfo(ctx context.Context, addr string) (cluster.NodeInf
 	if err != nil {
 		return cluster.NodeInfo{}, err
 	}
-	resp, err := cl.NodeInfo(ctx, &cohortv1.NodeInfoRequest{})
+	var from peer.Peer
+	resp, err := cl.NodeInfo(ctx, &cohortv1.NodeInfoRequest{}, grpc.Peer(&from))
 	if err != nil {
 		return cluster.NodeInfo{}, fmt.Errorf("node info from %s: %w", addr, fromStatus(err))
+	}
+	// Over TLS the answer is only as good as the certificate: a node may
+	// only speak for the ID its certificate names.
+	if ti, ok := from.AuthInfo.(credentials.TLSInfo); ok {
+		if len(ti.State.PeerCertificates) == 0 {
+			return cluster.NodeInfo{}, fmt.Errorf("node info from %s: no server certificate", addr)
+		}
+		p, err := auth.FromCertificate(ti.State.PeerCertificates[0])
+		if err != nil || p.Name != resp.GetNodeId() {
+			return cluster.NodeInfo{}, fmt.Errorf("node info from %s: it answers as node %q but its certificate names %v (%v)", addr, resp.GetNodeId(), p, err)
+		}
 	}
 	return nodeInfoOf(resp), nil
 }

@@ -28,7 +28,8 @@ import (
 // GroupServer implements cohort.v1.GroupCoordinator over the engine.
 type GroupServer struct {
 	cohortv1.UnimplementedGroupCoordinatorServer
-	e *coordinator.Engine
+	e     *coordinator.Engine
+	authz *Authorizer
 }
 
 // TopicsServer implements cohort.v1.Topics over the engine.
@@ -71,6 +72,9 @@ func (s *GroupServer) OffsetFetch(ctx context.Context, r *cohortv1.OffsetFetchRe
 
 func (s *GroupServer) DescribeGroups(ctx context.Context, r *cohortv1.DescribeGroupsRequest) (*cohortv1.DescribeGroupsResponse, error) {
 	resp, err := s.e.DescribeGroups(ctx, r)
+	if err == nil && !s.authz.RevealsMemberIDs(ctx) {
+		hideMemberIDs(resp)
+	}
 	return resp, toStatus(err)
 }
 
@@ -125,6 +129,8 @@ var Services = []string{
 // Server bundles what cohortd needs to serve the gRPC API.
 type Server struct {
 	Forwarder *Forwarder
+	Authz     *Authorizer
+	security  Security
 	Metrics   *grpcprom.ServerMetrics
 	// Health is the standard gRPC health service: SERVING for the node and
 	// each Cohort service until Shutdown.
@@ -135,29 +141,34 @@ type Server struct {
 
 // NewServer prepares the gRPC API of one node: the group API over the
 // engine and the ClusterService over cl (which also tells who leads),
-// guarded by adminToken when it is not empty. dialOpts are for the
-// connections to the leader (plaintext when none are given).
-func NewServer(e *coordinator.Engine, cl *cluster.Cluster, adminToken string, log *slog.Logger, dialOpts ...grpc.DialOption) *Server {
-	fwd := NewForwarder(cl, Services, localClusterMethods, log, dialOpts...)
+// authenticated and authorized by sec; followers reach the leader with
+// sec's credentials.
+func NewServer(e *coordinator.Engine, cl *cluster.Cluster, sec Security, log *slog.Logger) *Server {
+	fwd := NewForwarder(cl, Services, localClusterMethods, log, sec.DialOptions()...)
+	fwd.vouches = sec.actsAsNode()
 	return &Server{
 		Forwarder: fwd,
+		Authz:     NewAuthorizer(sec),
+		security:  sec,
 		Metrics: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 18)),
 		)),
 		Health:  health.NewServer(),
 		engine:  e,
-		cluster: NewClusterService(cl, fwd, adminToken),
+		cluster: NewClusterService(cl, fwd),
 	}
 }
 
 // ServerOptions are the options to create the grpc.Server with: the
-// limits, and the interceptors: metrics first (so they see forwarded calls
-// too), the UTF-8 check of every request (before a follower forwards it),
-// then forwarding.
+// limits, TLS when configured, and the interceptors: metrics first (so
+// they see refused and forwarded calls too), authentication and
+// authorization (a follower refuses before it forwards), the UTF-8 check
+// of every request (before a follower forwards it), then forwarding.
 func (s *Server) ServerOptions(limits Limits) []grpc.ServerOption {
-	return append(limits.ServerOptions(),
-		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), UTF8UnaryInterceptor, s.Forwarder.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), UTF8StreamInterceptor, s.Forwarder.StreamInterceptor),
+	opts := append(limits.ServerOptions(), s.security.ServerOptions()...)
+	return append(opts,
+		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Authz.UnaryInterceptor, UTF8UnaryInterceptor, s.Forwarder.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), s.Authz.StreamInterceptor, UTF8StreamInterceptor, s.Forwarder.StreamInterceptor),
 	)
 }
 
@@ -165,7 +176,7 @@ func (s *Server) ServerOptions(limits Limits) []grpc.ServerOption {
 // ClusterService, gRPC health and reflection; and initialises per-method
 // metrics.
 func (s *Server) Register(gs *grpc.Server) {
-	cohortv1.RegisterGroupCoordinatorServer(gs, &GroupServer{e: s.engine})
+	cohortv1.RegisterGroupCoordinatorServer(gs, &GroupServer{e: s.engine, authz: s.Authz})
 	cohortv1.RegisterTopicsServer(gs, &TopicsServer{e: s.engine})
 	cohortv1.RegisterClusterServiceServer(gs, s.cluster)
 	healthpb.RegisterHealthServer(gs, s.Health)

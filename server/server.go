@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
@@ -35,10 +36,11 @@ type Config struct {
 	Raft        raftnode.Config
 	Cluster     cluster.Config
 	Coordinator coordinator.Config
-	// AdminToken, when set, is required as `authorization: Bearer <token>`
-	// on every ClusterService call except NodeInfo and Health, and is sent
-	// by this node on its own calls to other nodes.
-	AdminToken string
+	// Security is how the node authenticates its callers and itself to
+	// other nodes (TLS, tokens); the zero value is the open, plaintext mode
+	// of a development cluster on loopback. Self defaults to
+	// node/<Raft.NodeID>. The Raft transport's TLS is Raft.TLS.
+	Security rpc.Security
 	// GRPC are the gRPC server's limits (message sizes, streams,
 	// keepalive): start from rpc.DefaultLimits.
 	GRPC rpc.Limits
@@ -101,7 +103,14 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	peers := rpc.NewPeerClient(cfg.AdminToken)
+	if cfg.Security.Self.Anonymous() {
+		cfg.Security.Self = auth.Principal{Role: auth.RoleNode, Name: node.ID()}
+	}
+	if t := cfg.Security.TLS; t != nil && t.Principal() != cfg.Security.Self {
+		_ = node.Shutdown(context.Background())
+		return nil, fmt.Errorf("server: the TLS certificate names %s, but this node is %s: issue it for URI SAN %s", t.Principal(), cfg.Security.Self, cfg.Security.Self.URI())
+	}
+	peers := rpc.NewPeerClient(cfg.Security)
 	cl, err := cluster.New(cfg.Cluster, node, peers)
 	if err != nil {
 		_ = peers.Close()
@@ -115,7 +124,7 @@ func Start(cfg Config) (*Server, error) {
 		_ = node.Shutdown(context.Background())
 		return nil, err
 	}
-	api := rpc.NewServer(engine, cl, cfg.AdminToken, log)
+	api := rpc.NewServer(engine, cl, cfg.Security, log)
 	gs := grpc.NewServer(api.ServerOptions(cfg.GRPC)...)
 	api.Register(gs)
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,12 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 )
 
 // globals are the flags every command has.
@@ -22,6 +22,8 @@ type globals struct {
 	endpoints []string
 	output    string
 	token     string
+	tls       auth.Files
+	creds     client.Credentials
 	timeout   time.Duration
 	maxRecv   int
 }
@@ -35,8 +37,13 @@ func newRootCommand() *cobra.Command {
 
 Every command takes --endpoints (or COHORT_ENDPOINTS): gRPC addresses of one
 or more nodes. Any node answers; followers forward to the leader. Output is a
-table by default, JSON with -o json. When the cluster runs with an admin
-token, pass it with --admin-token (or COHORT_ADMIN_TOKEN).`,
+table by default, JSON with -o json.
+
+A cluster with TLS (cohortd --tls-*) is reached with --tls-ca and, for
+mutual TLS, the caller's certificate (--tls-cert/--tls-key: an admin
+certificate for cluster, topic and group administration). A cluster that
+accepts bearer tokens takes --token (or COHORT_TOKEN). Every flag has a
+COHORT_<FLAG> variable (COHORT_TLS_CA, ...).`,
 		Example: `  cohortctl --endpoints 127.0.0.1:9001 cluster health
   COHORT_ENDPOINTS=127.0.0.1:9001,127.0.0.1:9002 cohortctl cluster peers
   cohortctl groups describe orders --members -o json`,
@@ -49,7 +56,11 @@ token, pass it with --admin-token (or COHORT_ADMIN_TOKEN).`,
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", nil, "gRPC addresses of cluster nodes, comma-separated (env COHORT_ENDPOINTS; default 127.0.0.1:9001)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
-	pf.StringVar(&g.token, "admin-token", "", "admin token, when the cluster requires one (env COHORT_ADMIN_TOKEN)")
+	pf.StringVar(&g.token, "token", "", "bearer token, when the cluster authorizes by token (env COHORT_TOKEN; COHORT_ADMIN_TOKEN and --admin-token also work)")
+	pf.StringVar(&g.token, "admin-token", "", "the same as --token")
+	pf.StringVar(&g.tls.Cert, "tls-cert", "", "client certificate (PEM) for mutual TLS (env COHORT_TLS_CERT)")
+	pf.StringVar(&g.tls.Key, "tls-key", "", "key of --tls-cert (env COHORT_TLS_KEY)")
+	pf.StringVar(&g.tls.CA, "tls-ca", "", "CA bundle (PEM) that signs the nodes' certificates: speak TLS (env COHORT_TLS_CA)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on each command's calls")
 	pf.IntVar(&g.maxRecv, "max-recv-msg-size", client.MaxRecvMsgSize, "largest answer accepted, in bytes (a node sends at most --grpc-max-send-bytes, 1 GiB by default)")
 	root.AddCommand(newClusterCommand(g), newSnapshotCommand(g), newGroupsCommand(g), newOffsetsCommand(g), newTopicsCommand(g))
@@ -66,8 +77,24 @@ func (g *globals) complete(cmd *cobra.Command) error {
 	if len(g.endpoints) == 0 {
 		g.endpoints = []string{"127.0.0.1:9001"}
 	}
-	if !cmd.Flags().Changed("admin-token") {
-		g.token = os.Getenv("COHORT_ADMIN_TOKEN")
+	if !cmd.Flags().Changed("admin-token") && !cmd.Flags().Changed("token") {
+		g.token = cmp.Or(os.Getenv("COHORT_TOKEN"), os.Getenv("COHORT_ADMIN_TOKEN"))
+	}
+	for _, f := range []struct {
+		flag string
+		v    *string
+	}{{"tls-cert", &g.tls.Cert}, {"tls-key", &g.tls.Key}, {"tls-ca", &g.tls.CA}} {
+		if !cmd.Flags().Changed(f.flag) {
+			*f.v = os.Getenv("COHORT_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_")))
+		}
+	}
+	g.creds = client.Credentials{Token: g.token}
+	if g.tls.Enabled() {
+		tc, err := client.LoadTLS(g.tls.Cert, g.tls.Key, g.tls.CA)
+		if err != nil {
+			return err
+		}
+		g.creds.TLS = tc
 	}
 	switch g.output {
 	case "table", "json":
@@ -93,20 +120,16 @@ func splitList(s string) []string {
 	return out
 }
 
-// ctx returns the command's context bounded by --timeout, carrying the
-// admin token.
+// ctx returns the command's context bounded by --timeout.
 func (g *globals) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-	if g.token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+g.token)
-	}
-	return ctx, cancel
+	return context.WithTimeout(cmd.Context(), g.timeout)
 }
 
-// dial connects to one endpoint (no I/O until the first call).
+// dial connects to one endpoint (no I/O until the first call) with the
+// credentials of the flags.
 func (g *globals) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.maxRecv)))
+	conn, err := grpc.NewClient(addr, append(g.creds.DialOptions(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.maxRecv)))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
@@ -40,7 +41,10 @@ type options struct {
 	maxPending                           int
 	pages                                coordinator.Pages
 	logLevel, logFormat                  string
-	adminToken                           string
+	adminToken, tokenFile                string
+	tls                                  auth.Files
+	insecure                             bool
+	reloadInterval                       time.Duration
 	grpcLimits                           rpc.Limits
 }
 
@@ -106,6 +110,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.Uint64Var(&r.ReadyMaxLag, "ready-max-lag", r.ReadyMaxLag, "a follower further behind the leader's commit index (entries) is not ready: /readyz 503, unhealthy, no local stale reads")
 	f.DurationVar(&r.ReadyMaxLastContact, "ready-max-last-contact", r.ReadyMaxLastContact, "a follower that has not heard from the leader for longer is not ready")
 	f.IntVar(&r.MaxConns, "raft-max-conns", r.MaxConns, "inbound connections the Raft port keeps open at once; more are closed when accepted")
+	f.DurationVar(&r.RaftHandshakeTimeout, "raft-handshake-timeout", r.RaftHandshakeTimeout, "with TLS: close an inbound Raft connection that has not completed its handshake within this (it holds a --raft-max-conns slot meanwhile)")
 	f.DurationVar(&r.IdleTimeout, "raft-idle-timeout", r.IdleTimeout, "close an inbound Raft connection after this long without a byte from the peer (at least 10× --raft-heartbeat-timeout)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown (leadership transfer, draining RPCs)")
 	cd := coordinator.DefaultConfig()
@@ -127,7 +132,13 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	}
 	f.DurationVar(&o.offsetsRetention, "offsets-retention", cd.OffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
 	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", cd.OffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
-	f.StringVar(&o.adminToken, "admin-token", "", "require this token (authorization: Bearer <token>) on every admin RPC; set it whenever the gRPC port is reachable from a shared network")
+	f.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM), naming node/<node-id> (URI SAN cohort://node/<node-id>): TLS on the Raft and gRPC ports, and what the node presents to other nodes")
+	f.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
+	f.StringVar(&o.tls.CA, "tls-ca", "", "CA bundle (PEM) that signs the certificates of nodes and clients")
+	f.StringVar(&o.tokenFile, "token-file", "", "bearer tokens accepted on gRPC, one per line: token,role,name (roles: admin, client, node); with TLS, callers may use a token instead of a client certificate")
+	f.StringVar(&o.adminToken, "admin-token", "", "a bearer token for principal admin/admin (as a --token-file line would give); without a node token or a certificate the node also sends it to other nodes")
+	f.BoolVar(&o.insecure, "insecure", false, "allow Raft and gRPC on a non-loopback address without TLS: anyone who reaches the ports can read and change everything")
+	f.DurationVar(&o.reloadInterval, "credentials-reload-interval", auth.DefaultReloadInterval, "how often the certificate, key, CA bundle and token file are checked for changes (SIGHUP reloads at once)")
 	f.Uint64Var(&c.PromoteMaxLag, "promote-max-lag", c.PromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
 	f.DurationVar(&c.HealthyLastContact, "healthy-last-contact", c.HealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
 	f.BoolVar(&c.JoinAsNonvoter, "join-as-nonvoter", false, "with --join (without --bootstrap-expect): stay a non-voter instead of asking for promotion")
@@ -208,15 +219,20 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	}
 	defer httpLis.Close()
 
+	sec, err := o.security(grpcLis.Addr())
+	if err != nil {
+		return err
+	}
 	rc := o.raft
 	rc.Logger = log
+	rc.TLS = sec.TLS
 	cc := o.cluster
 	cc.GRPCAdvertise = advertised(o.grpcAdvertise, grpcLis)
 	cc.Logger = log
 	srv, err := server.Start(server.Config{
 		Raft:         rc,
 		Cluster:      cc,
-		AdminToken:   o.adminToken,
+		Security:     sec,
 		GRPC:         o.grpcLimits,
 		Coordinator:  o.coordinatorConfig(log),
 		GRPCListener: grpcLis,
@@ -226,9 +242,28 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		return err
 	}
 	log = log.With("node_id", srv.Node.ID())
-	if o.adminToken == "" && !isLoopback(grpcLis.Addr()) {
-		log.Warn("the gRPC port is not on loopback and no --admin-token is set: anyone who reaches it can change the cluster's membership and restore snapshots",
-			"grpc_address", grpcLis.Addr().String())
+	switch {
+	case !sec.Enforced():
+		log.Warn("no TLS and no tokens: every caller may do everything (fine on loopback only)", "insecure", o.insecure)
+	case sec.TLS != nil:
+		log.Info("TLS on Raft and gRPC; calls authorized", "principal", sec.TLS.Principal().String(), "client_certificates_required", sec.Tokens == nil)
+	default:
+		log.Warn("calls authorized by bearer token over plaintext: tokens can be read off the network (loopback or --insecure only)")
+	}
+	var reloadable []auth.Reloadable
+	if sec.TLS != nil {
+		reloadable = append(reloadable, sec.TLS)
+	}
+	if sec.Tokens != nil {
+		reloadable = append(reloadable, sec.Tokens)
+	}
+	if len(reloadable) > 0 {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go auth.Watch(wctx, log, o.reloadInterval, hup, reloadable...)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -318,4 +353,59 @@ func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {
 func isLoopback(a net.Addr) bool {
 	tcp, ok := a.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// isLoopbackAddr reports whether a host:port names a loopback IP.
+func isLoopbackAddr(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// security builds the node's credentials from the flags, and refuses to
+// serve a non-loopback address in plaintext unless --insecure says so:
+// secure by default, open only where nobody else can reach.
+func (o options) security(grpcAddr net.Addr) (rpc.Security, error) {
+	var sec rpc.Security
+	if o.tls.Enabled() {
+		if !o.tls.Complete() {
+			return sec, errors.New("TLS needs --tls-cert, --tls-key and --tls-ca together")
+		}
+		creds, err := auth.LoadCredentials(o.tls)
+		if err != nil {
+			return sec, err
+		}
+		sec.TLS = creds
+	}
+	if o.tokenFile != "" || o.adminToken != "" {
+		static := map[string]auth.Principal{}
+		if o.adminToken != "" {
+			static[o.adminToken] = auth.Principal{Role: auth.RoleAdmin, Name: "admin"}
+		}
+		toks, err := auth.NewTokens(o.tokenFile, static)
+		if err != nil {
+			return sec, fmt.Errorf("--admin-token/--token-file: %w", err)
+		}
+		sec.Tokens = toks
+	}
+	if sec.TLS != nil || o.insecure {
+		return sec, nil
+	}
+	var exposed []string
+	if !isLoopback(grpcAddr) {
+		exposed = append(exposed, "gRPC "+grpcAddr.String())
+	}
+	for _, a := range []string{o.raft.RaftBind, o.raft.RaftAdvertise} {
+		if a != "" && !isLoopbackAddr(a) {
+			exposed = append(exposed, "Raft "+a)
+			break
+		}
+	}
+	if len(exposed) > 0 {
+		return sec, fmt.Errorf("refusing to serve %s without TLS: anyone who reaches it could read and change the cluster; give --tls-cert, --tls-key and --tls-ca (docs/security.md; `cohortctl certs dev` makes a development set), or --insecure to accept the risk", strings.Join(exposed, " and "))
+	}
+	return sec, nil
 }

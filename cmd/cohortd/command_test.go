@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/raftnode"
 )
 
 func TestFlags_CommandLineBeatsEnvironmentBeatsDefault(t *testing.T) {
@@ -139,5 +143,66 @@ func TestFlags_LimitDefaults(t *testing.T) {
 		if fl.DefValue != want {
 			t.Errorf("--%s default %q, want %q", flag, fl.DefValue, want)
 		}
+	}
+}
+
+// TestSecurity_NonLoopbackNeedsTLSOrInsecure: a node refuses to serve a
+// non-loopback gRPC or Raft address in plaintext, with or without tokens,
+// unless --insecure is given; on loopback the open mode of `make run`
+// stays; a half-given TLS set is refused naming what is missing.
+func TestSecurity_NonLoopbackNeedsTLSOrInsecure(t *testing.T) {
+	loop := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9001}
+	wide := &net.TCPAddr{IP: net.IPv4zero, Port: 9001}
+	dir := t.TempDir()
+	ca, err := auth.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	files, err := ca.IssueFiles(dir, "n1", auth.Principal{Role: auth.RoleNode, Name: "n1"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := func() options {
+		o := options{raft: raftnode.DefaultConfig()}
+		o.raft.RaftBind = "127.0.0.1:7001"
+		return o
+	}
+	cases := []struct {
+		name    string
+		grpc    net.Addr
+		edit    func(*options)
+		wantErr string // "" for a start
+	}{
+		{"loopback, open", loop, func(*options) {}, ""},
+		{"gRPC on all interfaces", wide, func(*options) {}, "refusing to serve gRPC 0.0.0.0:9001 without TLS"},
+		{"Raft on all interfaces", loop, func(o *options) { o.raft.RaftBind = "0.0.0.0:7001" }, "refusing to serve Raft 0.0.0.0:7001 without TLS"},
+		{"Raft advertised off loopback", loop, func(o *options) { o.raft.RaftAdvertise = "10.0.0.5:7001" }, "Raft 10.0.0.5:7001"},
+		{"tokens without TLS", wide, func(o *options) { o.adminToken = "0123456789abcdef0123" }, "without TLS"},
+		{"--insecure", wide, func(o *options) { o.insecure = true }, ""},
+		{"TLS", wide, func(o *options) { o.tls = files }, ""},
+		{"TLS without a key", wide, func(o *options) { o.tls = files; o.tls.Key = "" }, "--tls-cert, --tls-key and --tls-ca together"},
+		{"a short admin token", loop, func(o *options) { o.adminToken = "short" }, "at least 16"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := base()
+			tc.edit(&o)
+			sec, err := o.security(tc.grpc)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if (o.tls.Enabled() || o.adminToken != "") != sec.Enforced() {
+					t.Fatalf("enforced=%v with tls=%v token=%q", sec.Enforced(), o.tls.Enabled(), o.adminToken)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err %v, want one containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 )
 
 // Binaries built once by TestMain.
@@ -71,6 +71,11 @@ type cluster struct {
 	t      *testing.T
 	common []string // flags every node gets
 	token  string   // admin token the harness and cohortctl send
+	// pki, when set, is the directory of the cluster's CA: every node runs
+	// with a node certificate issued from it, and the harness and
+	// cohortctl call with the admin certificate.
+	pki string
+	ca  *auth.CA
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -81,6 +86,48 @@ type cluster struct {
 // and its output shown if the test failed, by t.Cleanup.
 func newCluster(t *testing.T, common ...string) *cluster {
 	return &cluster{t: t, common: append(append([]string{}, fastRaft...), common...), nodes: map[string]*node{}}
+}
+
+// newSecureCluster makes an empty cluster whose nodes run with mutual
+// TLS: a CA in a temporary directory, a node certificate per node, and
+// admin.crt and client.crt for the callers.
+func newSecureCluster(t *testing.T, common ...string) *cluster {
+	c := newCluster(t, common...)
+	c.pki = t.TempDir()
+	ca, err := auth.NewCA("ops test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Save(c.pki); err != nil {
+		t.Fatal(err)
+	}
+	c.ca = ca
+	for _, p := range []auth.Principal{{Role: auth.RoleAdmin, Name: "admin"}, {Role: auth.RoleClient, Name: "client"}} {
+		if _, err := ca.IssueFiles(c.pki, p.Name, p, nil, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// files are the PEM files of a certificate issued as base in the PKI.
+func (c *cluster) files(base string) auth.Files {
+	return auth.Files{Cert: filepath.Join(c.pki, base+".crt"), Key: filepath.Join(c.pki, base+".key"), CA: filepath.Join(c.pki, auth.CACertFile)}
+}
+
+// creds are a caller's credentials with the certificate issued as base
+// (admin, client, a node ID); plaintext for a cluster without PKI.
+func (c *cluster) creds(base string) client.Credentials {
+	c.t.Helper()
+	if c.pki == "" {
+		return client.Credentials{Token: c.token}
+	}
+	f := c.files(base)
+	tc, err := client.LoadTLS(f.Cert, f.Key, f.CA)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return client.Credentials{TLS: tc}
 }
 
 // form starts n nodes n1..nN that bootstrap together and waits for a leader.
@@ -107,6 +154,11 @@ func (c *cluster) alloc(id string) *node {
 	ports := proc.PortsT(c.t, 3)
 	n := &node{id: id, dir: filepath.Join(c.t.TempDir(), id), out: proc.NewLog(proc.DefaultKeep),
 		raft: proc.LoopbackAddr(ports[0]), grpcAddr: proc.LoopbackAddr(ports[1]), http: proc.LoopbackAddr(ports[2])}
+	if c.pki != "" {
+		if _, err := c.ca.IssueFiles(c.pki, id, auth.Principal{Role: auth.RoleNode, Name: id}, []string{"127.0.0.1"}, time.Hour); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	proc.DumpOnFailure(c.t, id, n.out, 60)
 	c.nodes[id] = n
 	c.order = append(c.order, id)
@@ -121,6 +173,10 @@ func (c *cluster) start(id string, args ...string) *node {
 		c.t.Fatalf("start %s: already running", id)
 	}
 	all := append([]string{"--node-id", id, "--data-dir", n.dir, "--raft-addr", n.raft, "--grpc-addr", n.grpcAddr, "--http-addr", n.http}, c.common...)
+	if c.pki != "" {
+		f := c.files(id)
+		all = append(all, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
+	}
 	all = append(all, args...)
 	n.args = all
 	n.proc = proc.StartT(c.t, proc.Spec{Name: id, Path: cohortdBin, Args: all, Env: cleanEnv(), Log: n.out})
@@ -190,7 +246,16 @@ func (c *cluster) ctl(args ...string) ctlResult {
 	if c.token != "" {
 		env = append(env, "COHORT_ADMIN_TOKEN="+c.token)
 	}
-	return runCtlEnv(c.t, env, args...)
+	return runCtlEnv(c.t, append(env, c.tlsEnv("admin")...), args...)
+}
+
+// tlsEnv is cohortctl's environment for the certificate issued as base.
+func (c *cluster) tlsEnv(base string) []string {
+	if c.pki == "" {
+		return nil
+	}
+	f := c.files(base)
+	return []string{"COHORT_TLS_CERT=" + f.Cert, "COHORT_TLS_KEY=" + f.Key, "COHORT_TLS_CA=" + f.CA}
 }
 
 func runCtl(t *testing.T, endpoints string, args ...string) ctlResult {
@@ -231,14 +296,11 @@ func (c *cluster) mustCtl(args ...string) string {
 func (c *cluster) status() (*cohortv1.StatusResponse, error) {
 	var lastErr error
 	for _, addr := range c.live() {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, c.creds("admin").DialOptions()...)
 		if err != nil {
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		if c.token != "" {
-			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
-		}
 		st, err := cohortv1.NewClusterServiceClient(conn).Status(ctx, &cohortv1.StatusRequest{})
 		cancel()
 		conn.Close()

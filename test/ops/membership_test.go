@@ -139,10 +139,11 @@ func TestProcess_BadRequests_ClearErrorsNothingChanges(t *testing.T) {
 // TestProcess_AdminToken_RequiredForAdminRPCs: with --admin-token, admin
 // calls without the token are refused (Unauthenticated), health needs none,
 // nodes use it among themselves (formation, registration, joining), and
-// cohortctl passes it from COHORT_ADMIN_TOKEN.
+// cohortctl passes it from COHORT_ADMIN_TOKEN. Authorization covers the
+// group and topics APIs too: creating a topic needs it.
 func TestProcess_AdminToken_RequiredForAdminRPCs(t *testing.T) {
-	c := newCluster(t, "--admin-token", "s3cret")
-	c.token = "s3cret"
+	c := newCluster(t, "--admin-token", "s3cret-admin-token-0123")
+	c.token = "s3cret-admin-token-0123"
 	c.form(3)
 	endpoints := "COHORT_ENDPOINTS=" + strings.Join(c.live(), ",")
 	for _, args := range [][]string{{"cluster", "status"}, {"cluster", "remove", "n3"}, {"snapshot", "save", t.TempDir() + "/x.snap"}} {
@@ -156,9 +157,11 @@ func TestProcess_AdminToken_RequiredForAdminRPCs(t *testing.T) {
 	if r := runCtlEnv(t, []string{endpoints}, "cluster", "health"); r.code != 0 {
 		t.Fatalf("health without a token: %s", r)
 	}
-	// The group API is not an admin API.
-	if r := runCtlEnv(t, []string{endpoints}, "topics", "create", "orders", "--partitions", "2"); r.code != 0 {
-		t.Fatalf("topics create without a token: %s", r)
+	if r := runCtlEnv(t, []string{endpoints}, "topics", "create", "orders", "--partitions", "2"); r.code == 0 || !strings.Contains(r.stderr, "Unauthenticated") {
+		t.Fatalf("topics create without a token: want Unauthenticated, got %s", r)
+	}
+	if out := c.mustCtl("topics", "create", "orders", "--partitions", "2"); !strings.Contains(out, "orders") {
+		t.Fatalf("topics create with the token: %q", out)
 	}
 	c.start("n4", "--join", strings.Join(c.grpcAddrs("n1", "n2", "n3"), ","))
 	c.waitVoters("n1", "n2", "n3", "n4")
