@@ -13,7 +13,6 @@ import (
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/proc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // groupLoad runs consumer-group members against a cluster. Every member
@@ -25,12 +24,17 @@ type groupLoad struct {
 	endpoints []string
 	group     string
 	topic     string
+	// creds are the members' credentials (set before add), admin the
+	// harness's own for descriptions and fetches.
+	creds, admin client.Credentials
 
 	mu      sync.Mutex
 	members map[string]*loadMember
 	acked   map[int32]int64
 	next    int64
 	genErrs []string
+	// commitErrs are commits that failed while the member was running.
+	commitErrs []string
 }
 
 type loadMember struct {
@@ -62,7 +66,7 @@ func newGroupLoad(t *testing.T, endpoints []string, group, topic string) *groupL
 func (g *groupLoad) add(name string, static bool) {
 	g.t.Helper()
 	cfg := client.Config{
-		Endpoints: g.endpoints, GroupID: g.group, Topics: []string{g.topic}, ClientID: name,
+		Endpoints: g.endpoints, GroupID: g.group, Topics: []string{g.topic}, ClientID: name, Credentials: g.creds,
 		SessionTimeout: 10 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
 	}
 	if static {
@@ -120,6 +124,9 @@ func (g *groupLoad) commitOnce(ctx context.Context, name string, lm *loadMember)
 	var cerr *client.CommitError
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		g.commitErrs = append(g.commitErrs, fmt.Sprintf("%s at generation %d: %v", name, gen, err))
+	}
 	for _, o := range offs {
 		if err == nil || (errors.As(err, &cerr) && cerr.Partitions[o.TopicPartition] == nil) {
 			g.acked[o.Partition] = max(g.acked[o.Partition], o.Offset)
@@ -168,10 +175,10 @@ func (g *groupLoad) memberIDs() map[string]string {
 }
 
 // describeGroup asks the cluster for the group.
-func describeGroup(endpoints []string, group string) (*cohortv1.GroupDescription, error) {
+func describeGroup(endpoints []string, group string, creds client.Credentials) (*cohortv1.GroupDescription, error) {
 	var lastErr error
 	for _, addr := range endpoints {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, creds.DialOptions()...)
 		if err != nil {
 			return nil, err
 		}
@@ -187,10 +194,10 @@ func describeGroup(endpoints []string, group string) (*cohortv1.GroupDescription
 	return nil, fmt.Errorf("describe %s: %w", group, lastErr)
 }
 
-func fetchOffsets(endpoints []string, group string) (map[int32]int64, error) {
+func fetchOffsets(endpoints []string, group string, creds client.Credentials) (map[int32]int64, error) {
 	var lastErr error
 	for _, addr := range endpoints {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, creds.DialOptions()...)
 		if err != nil {
 			return nil, err
 		}
@@ -218,7 +225,7 @@ func (g *groupLoad) waitStable(endpoints []string, partitions int) int32 {
 	g.t.Helper()
 	var gen int32
 	proc.WaitFor(g.t, 60*time.Second, "group "+g.group+" stable with every running member", func() (bool, string) {
-		d, err := describeGroup(endpoints, g.group)
+		d, err := describeGroup(endpoints, g.group, g.admin)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -267,7 +274,7 @@ func (g *groupLoad) waitStable(endpoints []string, partitions int) int32 {
 // member went back a generation.
 func (g *groupLoad) checkNoLoss(endpoints []string) {
 	g.t.Helper()
-	got, err := fetchOffsets(endpoints, g.group)
+	got, err := fetchOffsets(endpoints, g.group, g.admin)
 	if err != nil {
 		g.t.Fatalf("fetch offsets: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -545,4 +546,95 @@ func (c *cluster) connWith(addr string, creds client.Credentials) *grpc.ClientCo
 	}
 	c.t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// servedSerial is the serial of the certificate the node at addr serves
+// to a new connection.
+func (c *cluster) servedSerial(addr string) (string, error) {
+	cfg := c.creds("admin").TLS.Clone()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+}
+
+// TestProcess_TLS_CertificateRotation_UnderLoad replaces every node's
+// certificate and key while a group commits through the cluster: one node
+// is told with SIGHUP, the others find the new files by polling. Every
+// node serves its new certificate to new connections, no commit fails, no
+// acknowledged commit is lost, and the group stays in its generation.
+func TestProcess_TLS_CertificateRotation_UnderLoad(t *testing.T) {
+	c := newSecureCluster(t, "--credentials-reload-interval", "1s")
+	c.waitVotersAfterForm(3)
+	c.mustCtl("topics", "create", "orders", "--partitions", "6")
+	endpoints := c.live()
+	load := newGroupLoad(t, endpoints, "billing", "orders")
+	load.creds, load.admin = c.creds("client"), c.creds("admin")
+	for i := range 3 {
+		load.add(fmt.Sprintf("m%d", i), false)
+	}
+	gen := load.waitStable(endpoints, 6)
+	acked := func() int64 {
+		load.mu.Lock()
+		defer load.mu.Unlock()
+		var n int64
+		for _, o := range load.acked {
+			n += o
+		}
+		return n
+	}
+	proc.WaitFor(t, 30*time.Second, "commits acknowledged", func() (bool, string) { return acked() > 0, "" })
+
+	old := map[string]string{}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		s, err := c.servedSerial(c.nodes[id].grpcAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[id] = s
+		if _, err := c.ca.IssueFiles(c.pki, id, auth.Principal{Role: auth.RoleNode, Name: id}, []string{"127.0.0.1"}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.signal("n1", syscall.SIGHUP)
+	proc.WaitFor(t, 30*time.Second, "every node serves its new certificate", func() (bool, string) {
+		for _, id := range []string{"n1", "n2", "n3"} {
+			s, err := c.servedSerial(c.nodes[id].grpcAddr)
+			if err != nil {
+				return false, err.Error()
+			}
+			if s == old[id] {
+				return false, id + " still serves serial " + s
+			}
+		}
+		return true, ""
+	})
+	// New Raft connections use the new certificates too: a leadership
+	// transfer needs a fresh connection only if one broke, so check the
+	// cluster keeps committing after the rotation instead.
+	mark := acked()
+	proc.WaitFor(t, 30*time.Second, "commits go on after the rotation", func() (bool, string) {
+		return acked() > mark+100, fmt.Sprintf("acked sum %d, was %d", acked(), mark)
+	})
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if tail := c.nodes[id].out.Tail(200); !strings.Contains(tail, "credentials reloaded") {
+			t.Errorf("%s logged no reload:\n%s", id, tail)
+		}
+	}
+	// Still the generation of before (checked before the members stop:
+	// their leaving starts a new one).
+	if now := load.waitStable(endpoints, 6); now != gen {
+		t.Fatalf("generation moved from %d to %d during the rotation", gen, now)
+	}
+	load.pause()
+	load.mu.Lock()
+	errs := append([]string(nil), load.commitErrs...)
+	load.mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("%d commits failed during the rotation, first: %s", len(errs), errs[0])
+	}
+	load.checkNoLoss(endpoints)
 }

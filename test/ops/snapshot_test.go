@@ -94,7 +94,7 @@ func TestProcess_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 	load.add("s2", true)
 	load.waitStable(endpointsA, 6)
 	proc.WaitFor(t, 10*time.Second, "some commits", func() (bool, string) {
-		o, err := fetchOffsets(endpointsA, "billing")
+		o, err := fetchOffsets(endpointsA, "billing", load.admin)
 		return err == nil && len(o) == 6, "not every partition committed yet"
 	})
 	load.pause()
