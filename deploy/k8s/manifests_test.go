@@ -1,25 +1,33 @@
 // Package k8s_test checks the Kubernetes manifests in this directory: each
 // document decodes strictly (unknown or duplicate fields fail) into its
-// k8s.io/api type, the objects agree with each other (selectors, service
-// names, port names, replicas and --bootstrap-expect), and the container's
-// flags, ports and probes agree with the cohortd binary and the image.
+// k8s.io/api type (cert-manager's into a model of the fields used here),
+// the objects agree with each other (selectors, service names, port names,
+// replicas and --bootstrap-expect, the issuers behind the certificates),
+// the container's flags, ports and probes agree with the cohortd binary
+// and the image, and TLS and tokens are set up as cohortd needs them.
 package k8s_test
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/x509"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/cohortlabs/cohort/auth"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -30,6 +38,45 @@ type manifests struct {
 	statefulSets []*appsv1.StatefulSet
 	services     []*corev1.Service
 	pdbs         []*policyv1.PodDisruptionBudget
+	issuers      []*cmIssuer
+	certificates []*cmCertificate
+}
+
+// cmIssuer and cmCertificate model the fields of cert-manager.io/v1
+// Issuer and Certificate these manifests use (cert-manager's Go module is
+// not a dependency): strict decoding catches a misspelt field, and a
+// field added to a manifest must be added here.
+type cmIssuer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		SelfSigned *struct{} `json:"selfSigned,omitempty"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca,omitempty"`
+	} `json:"spec"`
+}
+
+type cmCertificate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		IsCA       bool     `json:"isCA,omitempty"`
+		CommonName string   `json:"commonName,omitempty"`
+		SecretName string   `json:"secretName"`
+		Duration   string   `json:"duration,omitempty"`
+		URIs       []string `json:"uris,omitempty"`
+		Usages     []string `json:"usages,omitempty"`
+		PrivateKey *struct {
+			Algorithm string `json:"algorithm,omitempty"`
+			Size      int    `json:"size,omitempty"`
+		} `json:"privateKey,omitempty"`
+		IssuerRef struct {
+			Name  string `json:"name"`
+			Kind  string `json:"kind,omitempty"`
+			Group string `json:"group,omitempty"`
+		} `json:"issuerRef"`
+	} `json:"spec"`
 }
 
 func load(t *testing.T) manifests {
@@ -61,6 +108,12 @@ func load(t *testing.T) manifests {
 			case "policy/v1/PodDisruptionBudget":
 				o := &policyv1.PodDisruptionBudget{}
 				m.pdbs, obj = append(m.pdbs, o), o
+			case "cert-manager.io/v1/Issuer":
+				o := &cmIssuer{}
+				m.issuers, obj = append(m.issuers, o), o
+			case "cert-manager.io/v1/Certificate":
+				o := &cmCertificate{}
+				m.certificates, obj = append(m.certificates, o), o
 			default:
 				t.Fatalf("%s: unexpected kind %s: add it to this test", where, gvk)
 			}
@@ -277,6 +330,186 @@ func TestManifests_DecodeStrictlyAndAgree(t *testing.T) {
 	if u := flags["http-addr"]; !strings.Contains(u, "/healthz") || !strings.Contains(u, "/readyz") {
 		t.Errorf("cohortd --http-addr is documented as %q: the probe paths /healthz and /readyz are not among its endpoints", u)
 	}
+}
+
+// csiDriverVars are the variables cert-manager's CSI driver fills in
+// volume attributes (the kubelet's $(VAR) does not reach them).
+var csiDriverVars = []string{"POD_NAME", "POD_NAMESPACE", "POD_UID", "SERVICE_ACCOUNT_NAME"}
+
+// TestManifests_TLSAndTokens: cohortd serves mutual TLS with a
+// certificate cert-manager's CSI driver issues per pod, naming the node
+// principal of the pod's --node-id, from a CA Issuer defined here; the
+// token file comes from a Secret the pods cannot start without.
+func TestManifests_TLSAndTokens(t *testing.T) {
+	m := load(t)
+	if len(m.statefulSets) != 1 {
+		t.Fatalf("want 1 StatefulSet, have %d", len(m.statefulSets))
+	}
+	pod := m.statefulSets[0].Spec.Template.Spec
+	c := pod.Containers[0]
+	args := parseArgs(t, c.Args)
+	if _, ok := args["insecure"]; ok {
+		t.Error("--insecure is set: the cluster would accept plaintext from anyone who reaches it")
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	// mountOf returns the volume mounted at file's directory.
+	mountOf := func(flag string) (corev1.VolumeMount, corev1.Volume) {
+		t.Helper()
+		file, ok := args[flag]
+		if !ok {
+			t.Fatalf("--%s is not set", flag)
+		}
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath == path.Dir(file) {
+				return vm, volumes[vm.Name]
+			}
+		}
+		t.Fatalf("--%s=%s: no volume is mounted at %s", flag, file, path.Dir(file))
+		return corev1.VolumeMount{}, corev1.Volume{}
+	}
+
+	// Certificate, key and CA: files the CSI driver writes into one
+	// read-only volume.
+	vm, v := mountOf("tls-cert")
+	if v.CSI == nil || v.CSI.Driver != "csi.cert-manager.io" {
+		t.Fatalf("--tls-cert is on volume %q, want a csi.cert-manager.io CSI volume: %+v", vm.Name, v.VolumeSource)
+	}
+	if !vm.ReadOnly || v.CSI.ReadOnly == nil || !*v.CSI.ReadOnly {
+		t.Errorf("volume %s: mount readOnly %v, CSI readOnly %v; want both read-only", v.Name, vm.ReadOnly, v.CSI.ReadOnly)
+	}
+	attr := v.CSI.VolumeAttributes
+	fileAttr := func(key, def string) string {
+		if f := attr["csi.cert-manager.io/"+key]; f != "" {
+			return f
+		}
+		return def // the driver's default
+	}
+	for flag, file := range map[string]string{
+		"tls-cert": fileAttr("certificate-file", "tls.crt"),
+		"tls-key":  fileAttr("privatekey-file", "tls.key"),
+		"tls-ca":   fileAttr("ca-file", "ca.crt"),
+	} {
+		if want := path.Join(vm.MountPath, file); args[flag] != want {
+			t.Errorf("--%s=%s, the CSI volume writes it to %s", flag, args[flag], want)
+		}
+	}
+	for k, val := range attr {
+		for _, ref := range regexp.MustCompile(`\$[({]([A-Za-z_]+)[)}]`).FindAllStringSubmatch(val, -1) {
+			if !strings.HasPrefix(ref[0], "${") || !slices.Contains(csiDriverVars, ref[1]) {
+				t.Errorf("volume attribute %s: %s is not a variable the CSI driver fills (${%s})", k, ref[0], strings.Join(csiDriverVars, "}, ${"))
+			}
+		}
+	}
+
+	// The certificate names node/<--node-id>: a pod's variables in the
+	// attributes are the ones --node-id uses, so they agree for any pod.
+	asCSI := strings.NewReplacer("$(", "${", ")", "}")
+	wantURI := "cohort://node/" + asCSI.Replace(args["node-id"])
+	if got := attr["csi.cert-manager.io/uri-sans"]; got != wantURI {
+		t.Errorf("csi.cert-manager.io/uri-sans %q, want %q: the certificate must name the node principal of --node-id=%s", got, wantURI, args["node-id"])
+	}
+	pod0 := strings.NewReplacer("${POD_NAME}", "cohort-0", "${POD_NAMESPACE}", "ns")
+	if u, err := url.Parse(pod0.Replace(attr["csi.cert-manager.io/uri-sans"])); err != nil {
+		t.Errorf("uri-sans: %v", err)
+	} else if p, err := auth.FromCertificate(&x509.Certificate{URIs: []*url.URL{u}}); err != nil || p != (auth.Principal{Role: auth.RoleNode, Name: "cohort-0"}) {
+		t.Errorf("pod cohort-0's certificate would name %v (%v), want node/cohort-0", p, err)
+	}
+	dnsNames := strings.Split(attr["csi.cert-manager.io/dns-names"], ",")
+	advertised := asCSI.Replace(args["grpc-advertise"][:strings.LastIndex(args["grpc-advertise"], ":")])
+	if !slices.Contains(dnsNames, advertised) {
+		t.Errorf("dns-names %v lack the advertised gRPC host %s", dnsNames, advertised)
+	}
+	usages := strings.Split(attr["csi.cert-manager.io/key-usages"], ",")
+	for _, u := range []string{"server auth", "client auth"} {
+		if !slices.Contains(usages, u) {
+			t.Errorf("key-usages %v lack %q: a node is a TLS server and a client of the other nodes", usages, u)
+		}
+	}
+	fsGroup := "none"
+	if g := pod.SecurityContext.FSGroup; g != nil {
+		fsGroup = strconv.FormatInt(*g, 10)
+	}
+	if attr["csi.cert-manager.io/fs-group"] != fsGroup {
+		t.Errorf("csi.cert-manager.io/fs-group %q, pod fsGroup %s: the process could not read its key", attr["csi.cert-manager.io/fs-group"], fsGroup)
+	}
+
+	// The issuer: a CA Issuer of this directory whose CA certificate is
+	// made here too.
+	if k, g := attr["csi.cert-manager.io/issuer-kind"], attr["csi.cert-manager.io/issuer-group"]; (k != "" && k != "Issuer") || (g != "" && g != "cert-manager.io") {
+		t.Fatalf("issuer %s.%s: this test knows the Issuers of cert-manager.yaml only", k, g)
+	}
+	issuer := m.issuer(t, attr["csi.cert-manager.io/issuer-name"])
+	if issuer.Spec.CA == nil || issuer.Spec.CA.SecretName == "" {
+		t.Fatalf("Issuer %s: want a CA Issuer (spec.ca.secretName)", issuer.Name)
+	}
+	var caCert *cmCertificate
+	for _, cert := range m.certificates {
+		if cert.Spec.SecretName == issuer.Spec.CA.SecretName {
+			caCert = cert
+		}
+	}
+	if caCert == nil || !caCert.Spec.IsCA {
+		t.Fatalf("no Certificate with isCA writes Secret %s, the CA of Issuer %s", issuer.Spec.CA.SecretName, issuer.Name)
+	}
+	if root := m.issuer(t, caCert.Spec.IssuerRef.Name); root.Spec.SelfSigned == nil {
+		t.Errorf("CA Certificate %s is issued by %s, want a selfSigned Issuer", caCert.Name, root.Name)
+	}
+	for _, cert := range m.certificates {
+		if cert.Spec.IsCA {
+			continue
+		}
+		if cert.Spec.IssuerRef.Name != issuer.Name {
+			t.Errorf("Certificate %s: issued by %s, not the CA Issuer %s the nodes trust", cert.Name, cert.Spec.IssuerRef.Name, issuer.Name)
+		}
+		var uris []*url.URL
+		for _, s := range cert.Spec.URIs {
+			u, err := url.Parse(s)
+			if err != nil {
+				t.Fatalf("Certificate %s: uri %q: %v", cert.Name, s, err)
+			}
+			uris = append(uris, u)
+		}
+		if p, err := auth.FromCertificate(&x509.Certificate{URIs: uris}); err != nil {
+			t.Errorf("Certificate %s names no principal: %v", cert.Name, err)
+		} else if !slices.Contains(cert.Spec.Usages, "client auth") {
+			t.Errorf("Certificate %s (%s): usages %v lack client auth", cert.Name, p, cert.Spec.Usages)
+		}
+	}
+
+	// Tokens: a Secret mounted as a directory (the kubelet updates it in
+	// place, cohortd re-reads it), required.
+	vm, v = mountOf("token-file")
+	if v.Secret == nil {
+		t.Fatalf("--token-file is on volume %q, want a Secret volume", vm.Name)
+	}
+	if o := v.Secret.Optional; o != nil && *o {
+		t.Errorf("Secret volume %s (%s) is optional: pods would start without the tokens", v.Name, v.Secret.SecretName)
+	}
+	if vm.SubPath != "" {
+		t.Errorf("the token Secret is mounted with subPath %q: the kubelet never updates such a file", vm.SubPath)
+	}
+	if items := v.Secret.Items; len(items) > 0 && !slices.ContainsFunc(items, func(k corev1.KeyToPath) bool { return k.Path == path.Base(args["token-file"]) }) {
+		t.Errorf("--token-file=%s: the Secret's items %v write no such file", args["token-file"], items)
+	}
+	for _, e := range c.Env {
+		if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && r.SecretKeyRef.Optional != nil && *r.SecretKeyRef.Optional {
+			t.Errorf("environment %s comes from an optional Secret: a missing Secret must stop the pod", e.Name)
+		}
+	}
+}
+
+func (m manifests) issuer(t *testing.T, name string) *cmIssuer {
+	t.Helper()
+	for _, i := range m.issuers {
+		if i.Name == name {
+			return i
+		}
+	}
+	t.Fatalf("no Issuer %q in the manifests", name)
+	return nil
 }
 
 // parseArgs maps --name=value arguments to name -> value.
