@@ -193,6 +193,14 @@ type Config struct {
 	// plaintext TCP, on which anyone who reaches the Raft port can forge
 	// RPCs. All nodes of a cluster must agree.
 	TLS *auth.Credentials
+	// TLSPermissive, with TLS, is the mode of the one rolling restart that
+	// moves a plaintext cluster to TLS: the Raft port also accepts
+	// plaintext connections (their first byte is not a TLS record), and a
+	// dial whose TLS handshake fails is made again in plaintext, so nodes
+	// not yet restarted with TLS keep talking to this one and it to them.
+	// Plaintext peers are not authenticated: leave it once every node runs
+	// with TLS (docs/security.md, Migration).
+	TLSPermissive bool
 	// RaftHandshakeTimeout bounds an inbound TLS handshake from accept to
 	// its end; a connection holds one of the MaxConns slots meanwhile.
 	// (Outbound handshakes are bounded by the transport's dial timeout.)

@@ -170,6 +170,10 @@ func (n *Node) open() error {
 	var stream *streamLayer
 	if cfg.TLS != nil {
 		stream, err = newTLSStreamLayer(cfg.RaftBind, advertise, cfg.MaxConns, cfg.IdleTimeout, n.log, cfg.TLS, cfg.RaftHandshakeTimeout)
+		if err == nil && cfg.TLSPermissive {
+			stream.permissive = true
+			n.log.Warn("raft transport in TLS permissive mode: plaintext peers are accepted and dialled unauthenticated (migration only)")
+		}
 	} else {
 		stream, err = newStreamLayer(cfg.RaftBind, advertise, cfg.MaxConns, cfg.IdleTimeout, n.log)
 	}

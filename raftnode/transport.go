@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -60,7 +61,10 @@ type streamLayer struct {
 	handshakeTimeout time.Duration
 	serverTLS        *tls.Config
 	config           atomic.Pointer[configSource]
-	accepted         chan acceptResult // handshaken conns (or accept errors) for Accept
+	// permissive (Config.TLSPermissive): plaintext accepted inbound and
+	// dialled when a TLS handshake fails.
+	permissive bool
+	accepted   chan acceptResult // handshaken conns (or accept errors) for Accept
 
 	// ctx is cancelled by Close: it stops the accept loop and the
 	// handshakes in flight, which wg waits for.
@@ -240,6 +244,17 @@ func (s *streamLayer) acceptLoop() {
 func (s *streamLayer) handshake(raw net.Conn) {
 	defer s.wg.Done()
 	err := raw.SetDeadline(time.Now().Add(s.handshakeTimeout))
+	if s.permissive && err == nil {
+		var plain bool
+		raw, plain, err = sniffPlaintext(raw)
+		if err == nil && plain {
+			err = raw.SetDeadline(time.Time{})
+		}
+		if err == nil && plain {
+			s.deliver(&inboundConn{Conn: raw, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed})
+			return
+		}
+	}
 	tc := tls.Server(raw, s.serverTLS)
 	if err == nil {
 		err = tc.HandshakeContext(s.ctx)
@@ -260,13 +275,41 @@ func (s *streamLayer) handshake(raw net.Conn) {
 		s.open.Add(-1)
 		return
 	}
-	c := &inboundConn{Conn: tc, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed}
+	s.deliver(&inboundConn{Conn: tc, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed})
+}
+
+// deliver hands an admitted connection to Accept.
+func (s *streamLayer) deliver(c *inboundConn) {
 	select {
 	case s.accepted <- acceptResult{conn: c}:
 	case <-s.ctx.Done():
 		_ = c.Close()
 	}
 }
+
+// tlsHandshakeRecord is the first byte of every TLS connection (a
+// handshake record). Raft's RPC types are small numbers, so the first
+// byte tells a plaintext raft peer from a TLS one.
+const tlsHandshakeRecord = 0x16
+
+// sniffPlaintext reads raw's first byte and returns a connection that
+// still yields it, and whether it is not the start of TLS.
+func sniffPlaintext(raw net.Conn) (net.Conn, bool, error) {
+	br := bufio.NewReader(raw)
+	b, err := br.Peek(1)
+	if err != nil {
+		return raw, false, err
+	}
+	return &peekedConn{Conn: raw, r: br}, b[0] != tlsHandshakeRecord, nil
+}
+
+// peekedConn reads through the buffer that holds the sniffed byte.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // checkClient authorises an inbound peer whose certificate chains to the
 // CA: a node of the configuration, or any node while it is empty.
@@ -387,12 +430,20 @@ func (s *streamLayer) dial(addr string, timeout time.Duration) (net.Conn, error)
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
-	d := tls.Dialer{Config: s.creds.ClientTLS(s.checkServer(raft.ServerAddress(addr)))}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("raft TLS dial %s: %w", addr, err)
 	}
-	return c, nil
+	tc := tls.Client(raw, s.creds.ClientTLS(s.checkServer(raft.ServerAddress(addr))))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		if s.permissive && ctx.Err() == nil {
+			// A peer not yet on TLS closes on the handshake's first byte.
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}
+		return nil, fmt.Errorf("raft TLS dial %s: %w", addr, err)
+	}
+	return tc, nil
 }
 
 // OpenConns is the number of inbound connections open now (with TLS,

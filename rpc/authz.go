@@ -42,6 +42,9 @@ type Security struct {
 	Tokens *auth.Tokens
 	// Self is this node's principal, node/<raft server ID>.
 	Self auth.Principal
+	// Permissive (with TLS) also serves and dials plaintext, for the
+	// rolling restart that moves a cluster to TLS (permissive.go).
+	Permissive bool
 }
 
 // Enforced reports whether calls are authorized: any credential is
@@ -54,7 +57,13 @@ func (s Security) ServerOptions() []grpc.ServerOption {
 	if s.TLS == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.TLS.ServerTLS(s.Tokens == nil, nil)))}
+	// Permissive: a plaintext caller has no certificate, so none is
+	// required of TLS callers either during the migration.
+	creds := credentials.NewTLS(s.TLS.ServerTLS(s.Tokens == nil && !s.Permissive, nil))
+	if s.Permissive {
+		creds = permissiveCreds{creds}
+	}
+	return []grpc.ServerOption{grpc.Creds(creds)}
 }
 
 // legacyAdmin is the principal --admin-token names.
@@ -64,7 +73,7 @@ var legacyAdmin = auth.Principal{Role: auth.RoleAdmin, Name: "admin"}
 // TLS (the certificate says who it is), else its node token, else the
 // admin token.
 func (s Security) ownToken() string {
-	if s.TLS != nil || s.Tokens == nil {
+	if (s.TLS != nil && !s.Permissive) || s.Tokens == nil {
 		return ""
 	}
 	if tok := s.Tokens.TokenFor(s.Self); tok != "" {
@@ -91,9 +100,12 @@ func (s Security) DialOptions() []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if s.TLS != nil {
 		creds = credentials.NewTLS(s.TLS.ClientTLS(auth.RequireRole(auth.RoleNode)))
+		if s.Permissive {
+			creds = permissiveCreds{creds}
+		}
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if s.Tokens != nil && s.TLS == nil {
+	if s.Tokens != nil && (s.TLS == nil || s.Permissive) {
 		opts = append(opts, grpc.WithPerRPCCredentials(nodeToken{s}))
 	}
 	return opts
@@ -151,6 +163,9 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) (context
 	if !a.sec.Enforced() {
 		return ctx, nil
 	}
+	if a.sec.Permissive && overPlaintext(ctx) && metadataValue(ctx, AuthorizationHeader) == "" {
+		return ctx, nil // a caller not yet moved to TLS, served as before
+	}
 	ctx, err := a.authenticate(ctx)
 	if err != nil {
 		return nil, err
@@ -162,7 +177,10 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) (context
 // (a member ID is the only credential of a group membership). A nil
 // Authorizer is the open mode.
 func (a *Authorizer) RevealsMemberIDs(ctx context.Context) bool {
-	return a == nil || !a.sec.Enforced() || auth.FromContext(ctx).Role == auth.RoleAdmin
+	if a == nil || !a.sec.Enforced() || auth.FromContext(ctx).Role == auth.RoleAdmin {
+		return true
+	}
+	return a.sec.Permissive && overPlaintext(ctx) && metadataValue(ctx, AuthorizationHeader) == ""
 }
 
 // authenticate finds the caller: a forwarded caller vouched for by a node,

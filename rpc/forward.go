@@ -71,6 +71,10 @@ type Forwarder struct {
 	// names the caller it authenticated (principalKey) instead of passing
 	// the caller's authorization header on.
 	vouches bool
+	// dropAuthorization: the caller's authorization header stays here (a
+	// node that vouches, unless in permissive mode, where the leader may
+	// not have moved to TLS yet).
+	dropAuthorization bool
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -180,7 +184,8 @@ func (f *Forwarder) outgoing(ctx context.Context) context.Context {
 	md := metadata.Pairs(forwardedKey, "1", clientHostKey, ClientHost(ctx))
 	if p := auth.FromContext(ctx); f.vouches && !p.Anonymous() {
 		md.Set(principalKey, p.String())
-	} else if a := metadataValue(ctx, AuthorizationHeader); a != "" {
+	}
+	if a := metadataValue(ctx, AuthorizationHeader); !f.dropAuthorization && a != "" {
 		md.Set(AuthorizationHeader, a)
 	}
 	return metadata.NewOutgoingContext(ctx, md)

@@ -146,6 +146,7 @@ type Server struct {
 func NewServer(e *coordinator.Engine, cl *cluster.Cluster, sec Security, log *slog.Logger) *Server {
 	fwd := NewForwarder(cl, Services, localClusterMethods, log, sec.DialOptions()...)
 	fwd.vouches = sec.actsAsNode()
+	fwd.dropAuthorization = fwd.vouches && !sec.Permissive
 	return &Server{
 		Forwarder: fwd,
 		Authz:     NewAuthorizer(sec),

@@ -43,7 +43,7 @@ type options struct {
 	logLevel, logFormat                  string
 	adminToken, tokenFile                string
 	tls                                  auth.Files
-	insecure                             bool
+	insecure, tlsPermissive              bool
 	reloadInterval                       time.Duration
 	grpcLimits                           rpc.Limits
 }
@@ -137,6 +137,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.StringVar(&o.tls.CA, "tls-ca", "", "CA bundle (PEM) that signs the certificates of nodes and clients")
 	f.StringVar(&o.tokenFile, "token-file", "", "bearer tokens accepted on gRPC, one per line: token,role,name (roles: admin, client, node); with TLS, callers may use a token instead of a client certificate")
 	f.StringVar(&o.adminToken, "admin-token", "", "a bearer token for principal admin/admin (as a --token-file line would give); without a node token or a certificate the node also sends it to other nodes")
+	f.BoolVar(&o.tlsPermissive, "tls-permissive", false, "with --tls-*: also serve and dial plaintext on the Raft and gRPC ports, unauthenticated, for the one rolling restart that moves a plaintext cluster to TLS (docs/security.md); restart without it once every node runs TLS")
 	f.BoolVar(&o.insecure, "insecure", false, "allow Raft and gRPC on a non-loopback address without TLS: anyone who reaches the ports can read and change everything")
 	f.DurationVar(&o.reloadInterval, "credentials-reload-interval", auth.DefaultReloadInterval, "how often the certificate, key, CA bundle and token file are checked for changes (SIGHUP reloads at once)")
 	f.Uint64Var(&c.PromoteMaxLag, "promote-max-lag", c.PromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
@@ -225,7 +226,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	}
 	rc := o.raft
 	rc.Logger = log
-	rc.TLS = sec.TLS
+	rc.TLS, rc.TLSPermissive = sec.TLS, sec.Permissive
 	cc := o.cluster
 	cc.GRPCAdvertise = advertised(o.grpcAdvertise, grpcLis)
 	cc.Logger = log
@@ -245,6 +246,8 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	switch {
 	case !sec.Enforced():
 		log.Warn("no TLS and no tokens: every caller may do everything (fine on loopback only)", "insecure", o.insecure)
+	case sec.Permissive:
+		log.Warn("TLS permissive mode: plaintext callers and peers are still served, unauthenticated; restart without --tls-permissive once every node and client uses TLS")
 	case sec.TLS != nil:
 		log.Info("TLS on Raft and gRPC; calls authorized", "principal", sec.TLS.Principal().String(), "client_certificates_required", sec.Tokens == nil)
 	default:
@@ -379,6 +382,9 @@ func (o options) security(grpcAddr net.Addr) (rpc.Security, error) {
 			return sec, err
 		}
 		sec.TLS = creds
+		sec.Permissive = o.tlsPermissive
+	} else if o.tlsPermissive {
+		return sec, errors.New("--tls-permissive needs --tls-cert, --tls-key and --tls-ca")
 	}
 	if o.tokenFile != "" || o.adminToken != "" {
 		static := map[string]auth.Principal{}

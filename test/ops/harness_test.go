@@ -76,6 +76,11 @@ type cluster struct {
 	// cohortctl call with the admin certificate.
 	pki string
 	ca  *auth.CA
+	// tlsMode is how nodes start from now on: "on", "permissive" (TLS and
+	// plaintext, the migration mode) or "off"; callerTLS whether the
+	// harness and cohortctl call with TLS.
+	tlsMode   string
+	callerTLS bool
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -102,6 +107,7 @@ func newSecureCluster(t *testing.T, common ...string) *cluster {
 		t.Fatal(err)
 	}
 	c.ca = ca
+	c.tlsMode, c.callerTLS = "on", true
 	for _, p := range []auth.Principal{{Role: auth.RoleAdmin, Name: "admin"}, {Role: auth.RoleClient, Name: "client"}} {
 		if _, err := ca.IssueFiles(c.pki, p.Name, p, nil, time.Hour); err != nil {
 			t.Fatal(err)
@@ -119,7 +125,7 @@ func (c *cluster) files(base string) auth.Files {
 // (admin, client, a node ID); plaintext for a cluster without PKI.
 func (c *cluster) creds(base string) client.Credentials {
 	c.t.Helper()
-	if c.pki == "" {
+	if c.pki == "" || !c.callerTLS {
 		return client.Credentials{Token: c.token}
 	}
 	f := c.files(base)
@@ -173,9 +179,12 @@ func (c *cluster) start(id string, args ...string) *node {
 		c.t.Fatalf("start %s: already running", id)
 	}
 	all := append([]string{"--node-id", id, "--data-dir", n.dir, "--raft-addr", n.raft, "--grpc-addr", n.grpcAddr, "--http-addr", n.http}, c.common...)
-	if c.pki != "" {
+	if c.pki != "" && c.tlsMode != "off" {
 		f := c.files(id)
 		all = append(all, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
+		if c.tlsMode == "permissive" {
+			all = append(all, "--tls-permissive")
+		}
 	}
 	all = append(all, args...)
 	n.args = all
@@ -251,7 +260,7 @@ func (c *cluster) ctl(args ...string) ctlResult {
 
 // tlsEnv is cohortctl's environment for the certificate issued as base.
 func (c *cluster) tlsEnv(base string) []string {
-	if c.pki == "" {
+	if c.pki == "" || !c.callerTLS {
 		return nil
 	}
 	f := c.files(base)
