@@ -3,14 +3,20 @@
 #
 #   1. build the image (deploy/docker/build-image.sh, no registry needed);
 #   2. bring deploy/compose/docker-compose.yml up under its own project,
-#      network and ports, and wait until Docker reports all three healthy;
-#   3. composecheck --phase failover: a group of members and a standalone
+#      network and ports, and wait until Docker reports all three healthy
+#      (their health checks call the nodes over mutual TLS); the
+#      certificate service must have created the development PKI;
+#   3. copy the admin certificate and the CA out of a node: every call from
+#      here on is TLS with it;
+#      composecheck --phase failover: plaintext and TLS without a client
+#      certificate are refused; a group of members and a standalone
 #      writer commit, the leader's container is `docker kill`ed, the group
 #      keeps its generation and assignment, every acknowledged commit is
 #      readable, the container is started again and rejoins as a follower;
-#   4. `down` keeping the volumes, `up` again: every node logs that it
+#   4. `down` keeping the volumes, `up` again: the certificate service
+#      creates nothing and the CA is the same, every node logs that it
 #      found Raft state and did not bootstrap, and composecheck --phase
-#      verify reads the same offsets;
+#      verify reads the same offsets with the certificate copied before;
 #   5. `down -v`, also on failure or interrupt.
 #
 # Without Docker (or compose) it skips with a message and exits 0, except
@@ -107,14 +113,37 @@ wait_healthy() {
 	done
 }
 
+# certs_log: the certificate service's output (after an `up`, only that
+# up's run of it is there); certs_log_has PATTERN: a line of it matches.
+certs_log() { certs_out=$("${compose[@]}" logs --no-color cohort-certs); }
+certs_log_has() { grep -E "^cohort-certs[-_ 0-9]*\| $1" <<<"$certs_out" >/dev/null; }
+
 say "compose up (project $project, ${compose_bin[*]}, gRPC $endpoints)"
 "${compose[@]}" up -d
 container_ids
 wait_healthy 90
-say "all three containers healthy"
+say "all three containers healthy (health checks over mutual TLS)"
+certs_log
+for what in "CA" "node/cohort-1" "node/cohort-2" "node/cohort-3" "admin/admin" "client/client"; do
+	if ! certs_log_has "created $what "; then
+		echo "compose-test: the first start of cohort-certs did not report creating $what:" >&2
+		echo "$certs_out" >&2
+		exit 1
+	fi
+done
+
+# The admin certificate and the CA, out of the read-only volume of a
+# running node: composecheck presents the one and verifies the nodes with
+# the other.
+mkdir -p "$work/tls"
+for f in ca.crt admin.crt admin.key; do
+	docker cp "${ids[0]}:/tls/$f" "$work/tls/$f"
+done
+tls=(--tls-cert "$work/tls/admin.crt" --tls-key "$work/tls/admin.key" --tls-ca "$work/tls/ca.crt")
+say "development PKI created; copied its CA and admin certificate"
 
 containers=$(IFS=,; echo "${ids[*]}")
-"$work/composecheck" --phase failover --endpoints "$endpoints" --http "$https" \
+"$work/composecheck" --phase failover --endpoints "$endpoints" --http "$https" "${tls[@]}" \
 	--containers "$containers" --state "$work/state.json" --timeout 150s
 wait_healthy 60
 
@@ -123,6 +152,18 @@ say "compose down (volumes kept) and up again"
 "${compose[@]}" up -d
 container_ids
 wait_healthy 90
+certs_log
+if ! certs_log_has "nothing to create"; then
+	echo "compose-test: cohort-certs changed the PKI on the second start:" >&2
+	echo "$certs_out" >&2
+	exit 1
+fi
+docker cp "${ids[0]}:/tls/ca.crt" "$work/tls/ca-again.crt"
+if ! cmp -s "$work/tls/ca.crt" "$work/tls/ca-again.crt"; then
+	echo "compose-test: the CA in the cohort-tls volume changed across down/up" >&2
+	exit 1
+fi
+say "the second start kept the PKI (nothing created, same CA)"
 logs=$("${compose[@]}" logs --no-color)
 for s in "${services[@]}"; do
 	if ! grep -E "^$s[-_ ].*raft state found in data dir: not bootstrapping again" <<<"$logs" >/dev/null; then
@@ -135,7 +176,7 @@ if grep -q "bootstrapped raft cluster" <<<"$logs"; then
 	exit 1
 fi
 say "every node restarted from its volume without bootstrapping"
-"$work/composecheck" --phase verify --endpoints "$endpoints" --http "$https" \
+"$work/composecheck" --phase verify --endpoints "$endpoints" --http "$https" "${tls[@]}" \
 	--state "$work/state.json" --timeout 60s
 
 say "PASS"

@@ -11,7 +11,7 @@ go=${GO:-go}
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/data" "$ctx/etc"
+mkdir -p "$ctx/data" "$ctx/tls" "$ctx/etc"
 cp "$root/deploy/docker/Dockerfile" "$ctx/Dockerfile"
 cp "$root/deploy/docker/etc/passwd" "$root/deploy/docker/etc/group" "$ctx/etc/"
 

@@ -13,6 +13,12 @@
 // offsets in --state must be readable and every node must report Raft
 // state and agree on a leader.
 //
+// The cluster serves mutual TLS only: every connection presents the
+// certificate of --tls-cert (the compose PKI's admin certificate) and
+// accepts only servers whose certificates chain to --tls-ca and name a
+// node. Phase failover first checks that a plaintext connection and a TLS
+// connection without a client certificate are refused.
+//
 // It never touches anything but the endpoints and containers it is given.
 package main
 
@@ -34,9 +40,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
@@ -62,12 +69,17 @@ type node struct {
 type state struct {
 	Generation int32                       `json:"generation"`
 	Offsets    map[string]map[string]int64 `json:"offsets"` // group -> "topic/partition" -> offset
+	// UpTo bounds an offset from above where a commit that failed at the
+	// client may still land: the standalone writer's last request, cut
+	// off when it stopped, can be applied after Offsets were read.
+	UpTo map[string]map[string]int64 `json:"up_to,omitempty"`
 }
 
 func main() {
 	var (
 		phase, statePath, docker          string
 		endpoints, https, ids, containers string
+		tlsFiles                          auth.Files
 		timeout                           time.Duration
 	)
 	flag.StringVar(&phase, "phase", "failover", "failover or verify")
@@ -77,10 +89,23 @@ func main() {
 	flag.StringVar(&containers, "containers", "", "Docker container IDs, same order (phase failover)")
 	flag.StringVar(&statePath, "state", "", "file for the expected offsets (written by failover, read by verify)")
 	flag.StringVar(&docker, "docker", "docker", "docker command")
+	flag.StringVar(&tlsFiles.Cert, "tls-cert", "", "client certificate (PEM) to present: the compose PKI's admin.crt")
+	flag.StringVar(&tlsFiles.Key, "tls-key", "", "its key")
+	flag.StringVar(&tlsFiles.CA, "tls-ca", "", "CA bundle (PEM) the nodes' certificates chain to")
 	flag.DurationVar(&timeout, "timeout", 150*time.Second, "bound on the whole phase")
 	flag.Parse()
 
-	nodes, err := parseNodes(endpoints, https, ids, containers, phase == "failover")
+	var creds client.Credentials
+	var err error
+	if !tlsFiles.Complete() {
+		err = fmt.Errorf("--tls-cert %q, --tls-key %q and --tls-ca %q are all required: the compose cluster serves mutual TLS only", tlsFiles.Cert, tlsFiles.Key, tlsFiles.CA)
+	} else {
+		creds.TLS, err = client.LoadTLS(tlsFiles.Cert, tlsFiles.Key, tlsFiles.CA)
+	}
+	var nodes []*node
+	if err == nil {
+		nodes, err = parseNodes(endpoints, https, ids, containers, phase == "failover", creds)
+	}
 	if err == nil && statePath == "" {
 		err = errors.New("--state is required")
 	}
@@ -90,7 +115,7 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c := &check{nodes: nodes, docker: docker, start: time.Now()}
+	c := &check{nodes: nodes, docker: docker, start: time.Now(), creds: creds, caFile: tlsFiles.CA}
 	switch phase {
 	case "failover":
 		err = c.failover(ctx, statePath)
@@ -106,7 +131,7 @@ func main() {
 	c.logf("PASS (phase %s)", phase)
 }
 
-func parseNodes(endpoints, https, ids, containers string, needContainers bool) ([]*node, error) {
+func parseNodes(endpoints, https, ids, containers string, needContainers bool, creds client.Credentials) ([]*node, error) {
 	split := func(s string) []string {
 		if s == "" {
 			return nil
@@ -119,7 +144,7 @@ func parseNodes(endpoints, https, ids, containers string, needContainers bool) (
 	}
 	var out []*node
 	for i := range g {
-		conn, err := grpc.NewClient(g[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(g[i], creds.DialOptions()...)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", g[i], err)
 		}
@@ -136,6 +161,10 @@ type check struct {
 	nodes  []*node
 	docker string
 	start  time.Time
+	// creds are every connection's: TLS with the admin certificate, the
+	// server verified as a node of the compose CA.
+	creds  client.Credentials
+	caFile string
 }
 
 func (c *check) logf(format string, args ...any) {
@@ -167,7 +196,10 @@ func (c *check) failover(ctx context.Context, statePath string) error {
 	if err := c.waitServing(ctx); err != nil {
 		return err
 	}
-	conn, err := client.Dial(client.ConnConfig{Endpoints: c.endpoints(), DialOptions: c.dialOptions()})
+	if err := c.refusesUnauthenticated(ctx); err != nil {
+		return err
+	}
+	conn, err := client.Dial(client.ConnConfig{Endpoints: c.endpoints(), Credentials: c.creds, DialOptions: c.dialOptions()})
 	if err != nil {
 		return err
 	}
@@ -183,7 +215,7 @@ func (c *check) failover(ctx context.Context, statePath string) error {
 	defer func() { stopMembers(); wg.Wait() }()
 	for i := range group {
 		m, err := client.NewMember(client.Config{
-			Endpoints: c.endpoints(), DialOptions: c.dialOptions(),
+			Endpoints: c.endpoints(), Credentials: c.creds, DialOptions: c.dialOptions(),
 			GroupID: groupID, ClientID: fmt.Sprintf("composecheck-%d", i), Topics: []string{topic},
 			SessionTimeout: 10 * time.Second, HeartbeatInterval: 500 * time.Millisecond, RebalanceTimeout: 15 * time.Second,
 		})
@@ -305,7 +337,7 @@ func (c *check) failover(ctx context.Context, statePath string) error {
 		return err
 	}
 
-	b, err := json.MarshalIndent(state{Generation: gen, Offsets: want}, "", "  ")
+	b, err := json.MarshalIndent(state{Generation: gen, Offsets: want, UpTo: map[string]map[string]int64{standaloneGroup: lastTried}}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -338,13 +370,13 @@ func (c *check) verify(ctx context.Context, statePath string) error {
 	if len(leaders) != 1 {
 		return fmt.Errorf("nodes disagree on the leader: %v", slices.Collect(maps.Keys(leaders)))
 	}
-	conn, err := client.Dial(client.ConnConfig{Endpoints: c.endpoints(), DialOptions: c.dialOptions()})
+	conn, err := client.Dial(client.ConnConfig{Endpoints: c.endpoints(), Credentials: c.creds, DialOptions: c.dialOptions()})
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	for _, g := range slices.Sorted(maps.Keys(st.Offsets)) {
-		if err := fetchEquals(ctx, conn, g, st.Offsets[g], nil); err != nil {
+		if err := fetchEquals(ctx, conn, g, st.Offsets[g], st.UpTo[g]); err != nil {
 			return err
 		}
 	}
@@ -369,6 +401,43 @@ func (c *check) waitServing(ctx context.Context) error {
 		}
 		return true, ""
 	})
+}
+
+// refusesUnauthenticated checks that every node refuses a plaintext
+// connection and a TLS connection without a client certificate: the
+// cluster must not serve anyone who does not present a certificate of its
+// CA.
+func (c *check) refusesUnauthenticated(ctx context.Context) error {
+	anonymous, err := client.LoadTLS("", "", c.caFile)
+	if err != nil {
+		return err
+	}
+	attempts := []struct {
+		what  string
+		creds client.Credentials
+	}{
+		{"a plaintext connection", client.Credentials{}},
+		{"a TLS connection without a client certificate", client.Credentials{TLS: anonymous}},
+	}
+	var refusals []string
+	for _, n := range c.nodes {
+		for _, a := range attempts {
+			conn, err := grpc.NewClient(n.grpc, a.creds.DialOptions()...)
+			if err != nil {
+				return fmt.Errorf("connect to %s: %w", n.grpc, err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err = cohortv1.NewClusterServiceClient(conn).NodeInfo(cctx, &cohortv1.NodeInfoRequest{})
+			cancel()
+			conn.Close()
+			if err == nil {
+				return fmt.Errorf("%s answered %s", n.id, a.what)
+			}
+			refusals = append(refusals, status.Code(err).String())
+		}
+	}
+	c.logf("every node refuses plaintext and TLS without a client certificate (%s)", strings.Join(slices.Compact(slices.Sorted(slices.Values(refusals))), ", "))
+	return nil
 }
 
 // leader returns the node every node names as leader and that says so
