@@ -1672,13 +1672,15 @@ func (x *DescribeGroupsRequest) GetPageToken() string {
 }
 
 type GroupMemberDescription struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
-	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
-	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId" json:"client_id,omitempty"`
-	ClientHost    string                 `protobuf:"bytes,4,opt,name=client_host,json=clientHost" json:"client_host,omitempty"`
-	Topics        []string               `protobuf:"bytes,5,rep,name=topics" json:"topics,omitempty"`
-	Assignment    *Assignment            `protobuf:"bytes,6,opt,name=assignment" json:"assignment,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty unless the caller is an admin (on a cluster that authorizes
+	// calls): a member ID is the only credential of a membership.
+	MemberId      string      `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string      `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	ClientId      string      `protobuf:"bytes,3,opt,name=client_id,json=clientId" json:"client_id,omitempty"`
+	ClientHost    string      `protobuf:"bytes,4,opt,name=client_host,json=clientHost" json:"client_host,omitempty"`
+	Topics        []string    `protobuf:"bytes,5,rep,name=topics" json:"topics,omitempty"`
+	Assignment    *Assignment `protobuf:"bytes,6,opt,name=assignment" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1760,10 +1762,11 @@ type GroupDescription struct {
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
 	// Empty, PreparingRebalance, CompletingRebalance, Stable, or Dead for a
 	// group that does not exist.
-	State         string                    `protobuf:"bytes,2,opt,name=state" json:"state,omitempty"`
-	ProtocolType  string                    `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType" json:"protocol_type,omitempty"`
-	Protocol      string                    `protobuf:"bytes,4,opt,name=protocol" json:"protocol,omitempty"`
-	Generation    int32                     `protobuf:"varint,5,opt,name=generation" json:"generation,omitempty"`
+	State        string `protobuf:"bytes,2,opt,name=state" json:"state,omitempty"`
+	ProtocolType string `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType" json:"protocol_type,omitempty"`
+	Protocol     string `protobuf:"bytes,4,opt,name=protocol" json:"protocol,omitempty"`
+	Generation   int32  `protobuf:"varint,5,opt,name=generation" json:"generation,omitempty"`
+	// The group leader's member ID: empty unless the caller is an admin.
 	LeaderId      string                    `protobuf:"bytes,6,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
 	Members       []*GroupMemberDescription `protobuf:"bytes,7,rep,name=members" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
