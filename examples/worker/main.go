@@ -39,7 +39,10 @@ func main() {
 		instanceID = flag.String("instance-id", "", "static member ID (KIP-345); a restart within the session timeout keeps the partitions")
 		assignor   = flag.String("assignor", "", "assignor: range, roundrobin, sticky, cooperative-sticky, consistent-hash (default roundrobin, range)")
 		interval   = flag.Duration("commit-interval", time.Second, "how often to commit the simulated progress")
-		partitions = flag.Int("create-topic-partitions", 0, "create the topic with this many partitions first (0: don't)")
+		partitions = flag.Int("create-topic-partitions", 0, "create the topic with this many partitions first (0: don't; needs an admin credential on a secured cluster)")
+		tlsCA      = flag.String("tls-ca", os.Getenv("COHORT_TLS_CA"), "CA bundle of the cluster's TLS certificates (env COHORT_TLS_CA; empty: plaintext)")
+		tlsCert    = flag.String("tls-cert", os.Getenv("COHORT_TLS_CERT"), "this worker's client certificate (env COHORT_TLS_CERT)")
+		tlsKey     = flag.String("tls-key", os.Getenv("COHORT_TLS_KEY"), "key of --tls-cert (env COHORT_TLS_KEY)")
 	)
 	flag.Parse()
 	if *group == "" || *topic == "" {
@@ -61,6 +64,13 @@ func main() {
 	}
 	if *assignor != "" {
 		cfg.Protocols = []string{*assignor}
+	}
+	if *tlsCA != "" {
+		tc, err := client.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+		if err != nil {
+			log.Fatal(err)
+		}
+		cfg.Credentials.TLS = tc
 	}
 	var m *client.Member
 	// The callbacks run on the member's goroutine, one at a time, in order.
