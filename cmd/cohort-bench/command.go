@@ -7,13 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
+	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/internal/benchcluster"
 )
@@ -28,6 +32,11 @@ type globalOptions struct {
 	timeout    time.Duration
 	cpuprofile string
 	verbose    bool
+	// tls starts the cluster with mutual TLS from a throwaway CA.
+	tls bool
+	// tlsFiles are the caller's certificate for a running cluster
+	// (--endpoints); tlsAdmin the admin certificate, when not that one.
+	tlsFiles, tlsAdmin auth.Files
 }
 
 func newRootCommand() *cobra.Command {
@@ -44,6 +53,15 @@ bin/cohortd from 'make build'). With --endpoints it drives a running cluster
 (e.g. 'make run', started with --initial-rebalance-delay 0); the raw Raft
 apply comparison is then not available.
 
+--tls starts the cluster with mutual TLS on Raft and gRPC, as cohortd with
+--tls-cert/--tls-key/--tls-ca runs: a throwaway CA, a node/<id> certificate
+per node, and an admin and a client certificate in the data directory.
+Group members call with the client certificate; admin calls (creating
+topics, member-less commits of --mode conn, TransferLeadership, the probes'
+standalone commits) with the admin one. For a running cluster with TLS give
+--tls-cert/--tls-key/--tls-ca (and --tls-admin-cert/--tls-admin-key when
+that certificate is not an admin's). 'tls-cost' measures both side by side.
+
 Every run is bounded by --timeout; results are printed as a table.`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,7 +73,7 @@ Every run is bounded by --timeout; results are printed as a table.`,
 			if g.cluster != "inprocess" && g.cluster != "process" {
 				return fmt.Errorf("--cluster %q: want inprocess or process", g.cluster)
 			}
-			return nil
+			return g.checkTLS()
 		},
 	}
 	f := root.PersistentFlags()
@@ -67,10 +85,37 @@ Every run is bounded by --timeout; results are printed as a table.`,
 	f.DurationVar(&g.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	f.StringVar(&g.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --cluster inprocess it includes the nodes)")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "log cluster and client events to stderr")
+	f.BoolVar(&g.tls, "tls", false, "start the cluster with mutual TLS on Raft and gRPC (a throwaway CA; members use a client certificate, admin calls an admin one)")
+	f.StringVar(&g.tlsFiles.Cert, "tls-cert", "", "with --endpoints: certificate (PEM) to call the running cluster with over TLS (members; admin calls too unless --tls-admin-cert)")
+	f.StringVar(&g.tlsFiles.Key, "tls-key", "", "with --endpoints: the key of --tls-cert")
+	f.StringVar(&g.tlsFiles.CA, "tls-ca", "", "with --endpoints: CA bundle (PEM) that signs the nodes' certificates")
+	f.StringVar(&g.tlsAdmin.Cert, "tls-admin-cert", "", "with --endpoints and --tls-*: an admin certificate for admin calls (topics, member-less commits); default --tls-cert")
+	f.StringVar(&g.tlsAdmin.Key, "tls-admin-key", "", "the key of --tls-admin-cert")
 
 	root.AddCommand(newRawCommand(&g), newCommitsCommand(&g), newHeartbeatsCommand(&g),
-		newRebalanceCommand(&g), newFailoverCommand(&g))
+		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g))
 	return root
+}
+
+// checkTLS checks that the TLS flags fit the cluster: --tls for one this
+// command starts, --tls-* for --endpoints.
+func (g *globalOptions) checkTLS() error {
+	if len(g.endpoints) > 0 && g.tls {
+		return errors.New("--tls starts a cluster with TLS; for a running one (--endpoints) give --tls-cert, --tls-key and --tls-ca")
+	}
+	if len(g.endpoints) == 0 && (g.tlsFiles.Enabled() || g.tlsAdmin.Cert != "" || g.tlsAdmin.Key != "") {
+		return errors.New("--tls-cert, --tls-key, --tls-ca and --tls-admin-* are for a running cluster (--endpoints); use --tls to start one with TLS")
+	}
+	if g.tlsFiles.Enabled() && !g.tlsFiles.Complete() {
+		return errors.New("--tls-cert, --tls-key and --tls-ca go together: the cluster requires a client certificate")
+	}
+	if (g.tlsAdmin.Cert == "") != (g.tlsAdmin.Key == "") {
+		return errors.New("--tls-admin-cert needs --tls-admin-key, and the key its certificate")
+	}
+	if g.tlsAdmin.Cert != "" && !g.tlsFiles.Enabled() {
+		return errors.New("--tls-admin-cert needs --tls-cert, --tls-key and --tls-ca")
+	}
+	return nil
 }
 
 // run bounds a subcommand by --timeout and wraps it in the CPU profile.
@@ -102,10 +147,29 @@ func (g *globalOptions) logger() *slog.Logger {
 type target struct {
 	addrs   []string
 	kind    string                  // "endpoints", "inprocess" or "process"
+	tls     bool                    // callers use TLS with certificates
 	cluster benchcluster.Cluster    // nil with --endpoints
 	inproc  *benchcluster.InProcess // set for inprocess
-	probe   *benchcluster.Probe
-	closeFn func() error
+	// probe's connections carry the admin credentials.
+	probe *benchcluster.Probe
+	// member are the group members' credentials (a client certificate),
+	// admin those of admin calls: creating topics, member-less commits.
+	// Both zero (plaintext) without TLS.
+	member, admin client.Credentials
+	closeFn       func() error
+}
+
+// name describes the cluster in result headers.
+func (t *target) name() string {
+	if t.tls {
+		return t.kind + " cluster with mutual TLS"
+	}
+	return t.kind + " cluster"
+}
+
+// dial is a connection of its own to addr with the members' credentials.
+func (t *target) dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, t.member.DialOptions()...)
 }
 
 func (t *target) Close() error {
@@ -124,21 +188,56 @@ func (t *target) live(i int) bool {
 	return t.cluster.Live(i)
 }
 
-// openTarget starts (or connects to) the cluster for one run. kind
-// overrides --cluster when not empty.
+// loadCredentials are a caller's credentials from PEM files.
+func loadCredentials(f auth.Files) (client.Credentials, error) {
+	tc, err := client.LoadTLS(f.Cert, f.Key, f.CA)
+	if err != nil {
+		return client.Credentials{}, err
+	}
+	return client.Credentials{TLS: tc}, nil
+}
+
+// openTarget starts (or connects to) the cluster for one run, with TLS
+// when --tls says so. kind overrides --cluster when not empty.
 func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, error) {
 	if len(g.endpoints) > 0 {
-		probe, err := benchcluster.NewProbe(g.endpoints)
-		if err != nil {
-			return nil, err
-		}
-		t := &target{addrs: g.endpoints, kind: "endpoints", probe: probe}
-		if _, err := probe.WaitServing(ctx, nil); err != nil {
-			probe.Close()
-			return nil, err
-		}
-		return t, nil
+		return g.openEndpoints(ctx)
 	}
+	return g.startTarget(ctx, kind, g.tls, "")
+}
+
+// openEndpoints connects to the running cluster of --endpoints.
+func (g *globalOptions) openEndpoints(ctx context.Context) (*target, error) {
+	t := &target{addrs: g.endpoints, kind: "endpoints"}
+	if g.tlsFiles.Enabled() {
+		admin := g.tlsFiles
+		if g.tlsAdmin.Cert != "" {
+			admin.Cert, admin.Key = g.tlsAdmin.Cert, g.tlsAdmin.Key
+		}
+		var err error
+		if t.member, err = loadCredentials(g.tlsFiles); err != nil {
+			return nil, fmt.Errorf("--tls-*: %w", err)
+		}
+		if t.admin, err = loadCredentials(admin); err != nil {
+			return nil, fmt.Errorf("--tls-admin-*: %w", err)
+		}
+		t.tls = true
+	}
+	probe, err := benchcluster.NewProbe(g.endpoints, t.admin.DialOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	t.probe = probe
+	if _, err := probe.WaitServing(ctx, nil); err != nil {
+		probe.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// startTarget starts a cluster of kind (default --cluster), with mutual
+// TLS when withTLS, in --dir/sub (a new temporary directory without --dir).
+func (g *globalOptions) startTarget(ctx context.Context, kind string, withTLS bool, sub string) (*target, error) {
 	if kind == "" {
 		kind = g.cluster
 	}
@@ -150,8 +249,11 @@ func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, e
 			return nil, err
 		}
 		removeDir = !g.keepDir
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+	} else {
+		dir = filepath.Join(dir, sub)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	cleanup := func() {
 		if removeDir {
@@ -160,7 +262,22 @@ func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, e
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	t := &target{kind: kind}
+	t := &target{kind: kind, tls: withTLS}
+	var pki *benchcluster.PKI
+	if withTLS {
+		var err error
+		pki, err = benchcluster.NewPKI(filepath.Join(dir, "pki"))
+		if err == nil {
+			t.member, err = loadCredentials(pki.Client())
+		}
+		if err == nil {
+			t.admin, err = loadCredentials(pki.Admin())
+		}
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
 	switch kind {
 	case "inprocess":
 		// cohortd's defaults, with the initial rebalance delay off as the
@@ -169,7 +286,7 @@ func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, e
 		cc.InitialRebalanceDelay = 0
 		cc.Logger = g.logger()
 		c, err := benchcluster.StartInProcess(sctx, benchcluster.InProcessOptions{
-			Dir: dir, Coordinator: cc, Logger: g.logger(),
+			Dir: dir, Coordinator: cc, PKI: pki, Logger: g.logger(),
 		})
 		if err != nil {
 			cleanup()
@@ -178,7 +295,7 @@ func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, e
 		t.cluster, t.inproc = c, c
 	case "process":
 		c, err := benchcluster.StartProcesses(sctx, benchcluster.ProcessOptions{
-			Binary: g.cohortd, Dir: dir, Args: []string{"--initial-rebalance-delay=0"},
+			Binary: g.cohortd, Dir: dir, Args: []string{"--initial-rebalance-delay=0"}, PKI: pki,
 		})
 		if err != nil {
 			cleanup()
@@ -190,7 +307,7 @@ func (g *globalOptions) openTarget(ctx context.Context, kind string) (*target, e
 		return nil, fmt.Errorf("unknown cluster kind %q", kind)
 	}
 	t.addrs = t.cluster.Addrs()
-	probe, err := benchcluster.NewProbe(t.addrs)
+	probe, err := benchcluster.NewProbe(t.addrs, t.admin.DialOptions()...)
 	if err != nil {
 		_ = t.cluster.Close()
 		cleanup()

@@ -63,7 +63,7 @@ does: the ceiling every other figure is compared with.`,
 				if t.inproc == nil {
 					return errNoRaw
 				}
-				fmt.Fprintf(out, "raw replicated apply, in-process 3-node cluster, %s\n", loadLine())
+				fmt.Fprintf(out, "raw replicated apply, %s of 3 nodes, %s\n", t.name(), loadLine())
 				tb := newTable(out, "C", "ops/s", "p50", "p99", "max", "CPU/op", "errors")
 				for _, c := range concs {
 					r, err := rawPhase(ctx, t, c, limit{ops: o.ops, dur: o.duration}, o.partitions)
@@ -149,7 +149,7 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 	}
 
 	withRaw := o.raw && t.inproc != nil
-	fmt.Fprintf(out, "offset commits through the client (mode %s), %s cluster, %s\n", o.mode, t.kind, loadLine())
+	fmt.Fprintf(out, "offset commits through the client (mode %s), %s, %s\n", o.mode, t.name(), loadLine())
 	withFloor := o.floor && f != nil
 	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "raw CPU/op", "client ops/s", "p50", "p99", "max", "CPU/op", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
 	lim := limit{ops: o.ops, dur: o.duration}
@@ -205,7 +205,9 @@ func heartbeatOp(f *fleet) func(ctx context.Context, worker int, seq int64) erro
 // commitLoad prepares the commit operation of --mode on t: the topic, and
 // for mode member a stable group. closeLoad releases what it started.
 func commitLoad(ctx context.Context, g *globalOptions, t *target, o commitOptions) (commit func(ctx context.Context, worker int, seq int64) error, f *fleet, closeLoad func(), err error) {
-	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+	// The admin's credentials: they create the topic, and mode conn's
+	// member-less commits are an admin's (an offset reset).
+	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -221,7 +223,7 @@ func commitLoad(ctx context.Context, g *globalOptions, t *target, o commitOption
 	case "member":
 		f = newFleet(ctx, memberOptions{
 			endpoints: t.addrs, group: "bench-commits", topics: []string{"bench"},
-			sessionTimeout: 10 * time.Second, logger: g.logger(),
+			sessionTimeout: 10 * time.Second, creds: t.member, logger: g.logger(),
 		})
 		closeConn := closeLoad
 		closeLoad = func() {

@@ -76,7 +76,8 @@ leadership over before it stops, the path of a rolling restart.
 // committer commits member 0's first partition back to back and reports
 // the first success of a commit issued after a mark.
 type committer struct {
-	m *member
+	m    *member
+	next int64 // the next offset; only run touches it, one run at a time
 
 	mu    sync.Mutex
 	mark  time.Time
@@ -86,7 +87,9 @@ type committer struct {
 
 func (c *committer) run(ctx context.Context) {
 	tp := c.m.partitions()[0]
-	for off := int64(1); ctx.Err() == nil; off++ {
+	for ctx.Err() == nil {
+		c.next++
+		off := c.next
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := c.m.m.Commit(cctx, []client.PartitionOffset{{TopicPartition: tp, Offset: off}})
@@ -141,71 +144,150 @@ type failoverOptions struct {
 	backoffMax     time.Duration
 }
 
-func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target, o failoverOptions) error {
-	members := o.members
-	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+// backoffName describes the members' retry backoff cap.
+func (o failoverOptions) backoffName() string {
+	if o.backoffMax > 0 {
+		return o.backoffMax.String()
+	}
+	return "client default 2s"
+}
+
+// failoverRig is what a failover measurement runs on one cluster: the
+// topic, a stable group of members and member 0's committer.
+type failoverRig struct {
+	t    *target
+	conn *client.Conn
+	f    *fleet
+	cm   *committer
+	gen  int32 // the group's generation once stable
+
+	stopCommits context.CancelFunc // nil while paused
+	wg          sync.WaitGroup
+}
+
+// newFailoverRig creates the topic and forms the group on t; the
+// committer is not started.
+func newFailoverRig(ctx context.Context, g *globalOptions, t *target, o failoverOptions) (*failoverRig, error) {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer conn.Close()
+	r := &failoverRig{t: t, conn: conn}
 	if err := createTopic(ctx, conn.Topics(), "failover", 16); err != nil {
-		return err
+		r.close()
+		return nil, err
 	}
-	f := newFleet(ctx, memberOptions{
+	r.f = newFleet(ctx, memberOptions{
 		endpoints: t.addrs, group: "bench-failover", topics: []string{"failover"},
-		sessionTimeout: o.session, retryBackoffMax: o.backoffMax, logger: g.logger(),
+		sessionTimeout: o.session, retryBackoffMax: o.backoffMax, creds: t.member, logger: g.logger(),
 	})
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		f.close(cctx)
-	}()
-	if _, err := f.add(members); err != nil {
-		return err
+	if _, err := r.f.add(o.members); err != nil {
+		r.close()
+		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	gen, _, err := f.stable(sctx, client.NoGeneration)
+	r.gen, _, err = r.f.stable(sctx, client.NoGeneration)
 	cancel()
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	r.cm = &committer{m: r.f.members[0]}
+	return r, nil
+}
+
+// startCommits starts member 0 committing back to back.
+func (r *failoverRig) startCommits(ctx context.Context) {
+	if r.stopCommits != nil {
+		return
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	r.stopCommits = cancel
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.cm.run(cctx) }()
+}
+
+// pauseCommits stops the committer and waits for it (the members go on
+// heartbeating).
+func (r *failoverRig) pauseCommits() {
+	if r.stopCommits == nil {
+		return
+	}
+	r.stopCommits()
+	r.wg.Wait()
+	r.stopCommits = nil
+}
+
+// round takes the leader away once (mode kill, transfer or sigterm) and
+// measures the recovery; the committer must run.
+func (r *failoverRig) round(ctx context.Context, mode string) (failoverRound, error) {
+	return leaderLoss(ctx, r.t, r.f, r.cm, mode)
+}
+
+func (r *failoverRig) close() {
+	r.pauseCommits()
+	if r.f != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r.f.close(cctx)
+		cancel()
+	}
+	_ = r.conn.Close()
+}
+
+// failoverSummary are a mode's rounds, each duration sorted.
+type failoverSummary struct {
+	election, serving, commit []time.Duration
+	newGenerations            int
+	reassigned                int
+}
+
+func summarize(rounds []failoverRound) failoverSummary {
+	var s failoverSummary
+	for _, r := range rounds {
+		s.election = append(s.election, r.election)
+		s.serving = append(s.serving, r.serving)
+		s.commit = append(s.commit, r.commit)
+		s.newGenerations += r.newGenerations
+		s.reassigned += r.reassigned
+	}
+	slices.Sort(s.election)
+	slices.Sort(s.serving)
+	slices.Sort(s.commit)
+	return s
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return slices.Max(ds)
+}
+
+func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target, o failoverOptions) error {
+	rig, err := newFailoverRig(ctx, g, t, o)
 	if err != nil {
 		return err
 	}
-	cm := &committer{m: f.members[0]}
-	cctx, stopCommits := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); cm.run(cctx) }()
-	defer func() { stopCommits(); wg.Wait() }()
+	defer rig.close()
+	rig.startCommits(ctx)
 
-	backoff := "client default 2s"
-	if o.backoffMax > 0 {
-		backoff = o.backoffMax.String()
-	}
-	fmt.Fprintf(out, "failover, %s cluster (raft defaults: heartbeat/election 500 ms), group of %d members at generation %d, session timeout %v, client retry backoff max %s, %s\n",
-		t.kind, members, gen, o.session, backoff, loadLine())
+	fmt.Fprintf(out, "failover, %s (raft defaults: heartbeat/election 500 ms), group of %d members at generation %d, session timeout %v, client retry backoff max %s, %s\n",
+		t.name(), o.members, rig.gen, o.session, o.backoffName(), loadLine())
 	tb := newTable(out, "mode", "rounds", "new leader median", "max", "leader serves median", "max", "client commit median", "max", "new generations", "reassignments")
 	for _, mode := range o.modes {
 		var rounds []failoverRound
 		for range o.kills {
-			r, err := leaderLoss(ctx, t, f, cm, mode)
+			r, err := rig.round(ctx, mode)
 			if err != nil {
 				return fmt.Errorf("%s round %d: %w", mode, len(rounds)+1, err)
 			}
 			rounds = append(rounds, r)
 		}
-		var el, sv, co []time.Duration
-		newGens, reassigned := 0, 0
-		for _, r := range rounds {
-			el, sv, co = append(el, r.election), append(sv, r.serving), append(co, r.commit)
-			newGens += r.newGenerations
-			reassigned += r.reassigned
-		}
-		slices.Sort(el)
-		slices.Sort(sv)
-		slices.Sort(co)
-		tb.row(mode, fmt.Sprint(len(rounds)), ms(median(el)), ms(el[len(el)-1]), ms(median(sv)), ms(sv[len(sv)-1]),
-			ms(median(co)), ms(co[len(co)-1]),
-			fmt.Sprint(newGens), fmt.Sprint(reassigned))
-		fmt.Fprintf(out, "%s: commit times %v\n", mode, roundMs(co))
+		s := summarize(rounds)
+		tb.row(mode, fmt.Sprint(len(rounds)), ms(median(s.election)), ms(maxOf(s.election)), ms(median(s.serving)), ms(maxOf(s.serving)),
+			ms(median(s.commit)), ms(maxOf(s.commit)),
+			fmt.Sprint(s.newGenerations), fmt.Sprint(s.reassigned))
+		fmt.Fprintf(out, "%s: commit times %v\n", mode, roundMs(s.commit))
 	}
 	tb.flush()
 	return ctx.Err()

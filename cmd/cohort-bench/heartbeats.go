@@ -39,7 +39,7 @@ and gRPC stack alone. The load generator shares the machine's cores.`,
 					return err
 				}
 				defer t.Close()
-				conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+				conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
 				if err != nil {
 					return err
 				}
@@ -49,7 +49,7 @@ and gRPC stack alone. The load generator shares the machine's cores.`,
 				}
 				f := newFleet(ctx, memberOptions{
 					endpoints: t.addrs, group: "bench-heartbeats", topics: []string{"hb"},
-					sessionTimeout: 30 * time.Second, heartbeatInterval: 10 * time.Second, logger: g.logger(),
+					sessionTimeout: 30 * time.Second, heartbeatInterval: 10 * time.Second, creds: t.member, logger: g.logger(),
 				})
 				defer func() {
 					cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -73,7 +73,7 @@ and gRPC stack alone. The load generator shares the machine's cores.`,
 				for range conns {
 					// One connection each: the probe shares connections per
 					// address, so dial directly.
-					cc, err := dialPlain(t.addrs[leader])
+					cc, err := t.dial(t.addrs[leader])
 					if err != nil {
 						return err
 					}
@@ -84,8 +84,8 @@ and gRPC stack alone. The load generator shares the machine's cores.`,
 				for i, m := range f.members {
 					reqs[i] = &cohortv1.HeartbeatRequest{GroupId: "bench-heartbeats", Generation: gen, MemberId: m.m.MemberID()}
 				}
-				fmt.Fprintf(out, "heartbeats to the leader (%s), %d members at generation %d, %s cluster, %s\n",
-					t.addrs[leader], len(reqs), gen, t.kind, loadLine())
+				fmt.Fprintf(out, "heartbeats to the leader (%s), %d members at generation %d, %s, %s\n",
+					t.addrs[leader], len(reqs), gen, t.name(), loadLine())
 				tb := newTable(out, "C", "conns", "heartbeats/s", "p50", "p99", "max", "errors")
 				for _, c := range concs {
 					r := runLoad(ctx, c, limit{dur: duration}, func(ctx context.Context, w int, seq int64) error {

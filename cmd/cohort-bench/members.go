@@ -22,7 +22,9 @@ type memberOptions struct {
 	// retryBackoffMax caps the client's retry backoff (0: the client's
 	// default, 2 s).
 	retryBackoffMax time.Duration
-	logger          *slog.Logger
+	// creds are the members' credentials (target.member).
+	creds  client.Credentials
+	logger *slog.Logger
 }
 
 // member is one client.Member with what its callbacks saw.
@@ -77,6 +79,7 @@ func startMember(ctx context.Context, o memberOptions, i int) (*member, error) {
 		SessionTimeout:    o.sessionTimeout,
 		HeartbeatInterval: o.heartbeatInterval,
 		RetryBackoffMax:   o.retryBackoffMax,
+		Credentials:       o.creds,
 		Logger:            o.logger,
 		OnAssigned: func(_ context.Context, gen int32, a []client.TopicPartition) {
 			now := time.Now()

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cohortlabs/cohort/client"
 )
@@ -49,7 +47,7 @@ its heartbeat told it to rejoin) to the last member's new assignment.`,
 					return err
 				}
 				defer t.Close()
-				conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Logger: g.logger()})
+				conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
 				if err != nil {
 					return err
 				}
@@ -57,8 +55,8 @@ its heartbeat told it to rejoin) to the last member's new assignment.`,
 				if err := createTopic(ctx, conn.Topics(), "rebalance", partitions); err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "rebalance latency, %s cluster, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
-					t.kind, heartbeatInterval, sessionTimeout, partitions, loadLine())
+				fmt.Fprintf(out, "rebalance latency, %s, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
+					t.name(), heartbeatInterval, sessionTimeout, partitions, loadLine())
 				tb := newTable(out, "members", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
 				for _, n := range ns {
 					row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval)
@@ -86,7 +84,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 	group := fmt.Sprintf("bench-rebalance-%d", n)
 	f := newFleet(ctx, memberOptions{
 		endpoints: t.addrs, group: group, topics: []string{"rebalance"},
-		sessionTimeout: session, heartbeatInterval: hb, logger: g.logger(),
+		sessionTimeout: session, heartbeatInterval: hb, creds: t.member, logger: g.logger(),
 	})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -140,8 +138,4 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 	return []string{fmt.Sprint(n), fmt.Sprint(rounds), ms(median(lat)), ms(lat[len(lat)-1]), ms(lat[0]),
 		ms(median(proto)), ms(proto[len(proto)-1]),
 		fmt.Sprintf("%.1f", float64(gens)/float64(rounds)), form.Round(time.Millisecond).String()}, nil
-}
-
-func dialPlain(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }

@@ -1,7 +1,8 @@
 // Package benchcluster starts three-node Cohort clusters on loopback for
 // the load generator (cmd/cohort-bench): either in-process nodes (package
 // server: real Raft over TCP, real bolt files, real gRPC) or real cohortd
-// processes that can be killed with SIGKILL. It is for measurements, not
+// processes that can be killed with SIGKILL, either in plaintext or with
+// mutual TLS on Raft and gRPC from a throwaway CA (PKI). It is for measurements, not
 // tests: nothing here takes a testing.TB, and every wait is bounded by a
 // context. It must never listen on or dial anything but loopback.
 package benchcluster
@@ -43,19 +44,26 @@ type Cluster interface {
 // RPC. It works on any cluster, including one given by --endpoints.
 type Probe struct {
 	addrs []string
+	dial  []grpc.DialOption
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
-// NewProbe returns a probe of the nodes at addrs (loopback only).
-func NewProbe(addrs []string) (*Probe, error) {
+// NewProbe returns a probe of the nodes at addrs (loopback only). dial
+// are its connections' options, e.g. DialOptions of an admin certificate
+// for a cluster with TLS (the probe's connections serve the callers' admin
+// calls too); none: plaintext.
+func NewProbe(addrs []string, dial ...grpc.DialOption) (*Probe, error) {
 	for _, a := range addrs {
 		if err := CheckLoopback(a); err != nil {
 			return nil, err
 		}
 	}
-	return &Probe{addrs: addrs, conns: map[string]*grpc.ClientConn{}}, nil
+	if len(dial) == 0 {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return &Probe{addrs: addrs, dial: dial, conns: map[string]*grpc.ClientConn{}}, nil
 }
 
 // Close closes the probe's connections.
@@ -68,14 +76,15 @@ func (p *Probe) Close() {
 	p.conns = map[string]*grpc.ClientConn{}
 }
 
-// Conn is a plain gRPC connection to addr, shared by the probe's callers.
+// Conn is a gRPC connection to addr with the probe's options, shared by
+// the probe's callers.
 func (p *Probe) Conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, p.dial...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -131,6 +140,16 @@ func (p *Probe) WaitServing(ctx context.Context, live func(int) bool) (int, erro
 func (p *Probe) serving(ctx context.Context, live func(int) bool) (int, string) {
 	leader := p.Leader(ctx, live)
 	if leader < 0 {
+		// Say why when a node does not answer at all (e.g. plaintext
+		// against TLS, or a certificate the nodes refuse).
+		for i := range p.addrs {
+			if live != nil && !live(i) {
+				continue
+			}
+			if _, err := p.Info(ctx, i); err != nil {
+				return -1, fmt.Sprintf("no leader (node %s: %v)", p.addrs[i], err)
+			}
+		}
 		return -1, "no leader"
 	}
 	c, err := p.Conn(p.addrs[leader])
@@ -179,3 +198,16 @@ func CheckLoopback(addr string) error {
 }
 
 var errNotRunning = errors.New("node is not running")
+
+// startProbe is the probe a starting cluster waits with: plaintext, or
+// with pki's admin certificate.
+func startProbe(addrs []string, pki *PKI) (*Probe, error) {
+	if pki == nil {
+		return NewProbe(addrs)
+	}
+	dial, err := DialOptions(pki.Admin())
+	if err != nil {
+		return nil, err
+	}
+	return NewProbe(addrs, dial...)
+}

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/cluster"
-
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/rpc"
@@ -29,7 +29,12 @@ type InProcessOptions struct {
 	Coordinator coordinator.Config
 	// Raft adjusts node i's raft configuration; by default each node runs
 	// raftnode's defaults, the ones cohortd uses.
-	Raft   func(i int, c *raftnode.Config)
+	Raft func(i int, c *raftnode.Config)
+	// PKI, when set, makes every node run mutual TLS on Raft and gRPC
+	// with a node/<id> certificate from it (client certificates required,
+	// as cohortd with --tls-*); callers need its admin or client
+	// certificate. Nil: plaintext, no authorization.
+	PKI    *PKI
 	Logger *slog.Logger
 }
 
@@ -77,12 +82,24 @@ func StartInProcess(ctx context.Context, opts InProcessOptions) (*InProcess, err
 		if opts.Raft != nil {
 			opts.Raft(i, &rc)
 		}
+		var sec rpc.Security
+		if opts.PKI != nil {
+			f, err := opts.PKI.Node(rc.NodeID)
+			if err == nil {
+				sec.TLS, err = auth.LoadCredentials(f)
+			}
+			if err != nil {
+				c.closeListeners(lis)
+				return nil, err
+			}
+			rc.TLS = sec.TLS
+		}
 		cc := cluster.DefaultConfig()
 		cc.BootstrapExpect = opts.Size
 		cc.Join = c.addrs
 		cc.PollInterval = 50 * time.Millisecond
 		cc.Logger = opts.Logger
-		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: rpc.DefaultLimits(), Logger: opts.Logger})
+		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: rpc.DefaultLimits(), Security: sec, Logger: opts.Logger})
 	}
 	for i := range opts.Size {
 		if err := c.start(i, lis[i]); err != nil {
@@ -91,7 +108,7 @@ func StartInProcess(ctx context.Context, opts InProcessOptions) (*InProcess, err
 			return nil, err
 		}
 	}
-	probe, err := NewProbe(c.addrs)
+	probe, err := startProbe(c.addrs, opts.PKI)
 	if err != nil {
 		_ = c.Close()
 		return nil, err

@@ -24,6 +24,10 @@ type ProcessOptions struct {
 	// Args are extra cohortd flags for every node, e.g.
 	// --initial-rebalance-delay=0.
 	Args []string
+	// PKI, when set, gives every node --tls-cert/--tls-key/--tls-ca with
+	// a node/<id> certificate from it: mutual TLS on Raft and gRPC, client
+	// certificates required. Nil: plaintext.
+	PKI *PKI
 }
 
 // Processes is a cluster of cohortd processes on loopback.
@@ -73,6 +77,14 @@ func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error
 			"--join", strings.Join(c.addrs, ","),
 			"--log-level", "warn",
 		}
+		if opts.PKI != nil {
+			f, err := opts.PKI.Node(nodeName(i))
+			if err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			args = append(args, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
+		}
 		c.args = append(c.args, append(args, opts.Args...))
 		log, err := proc.OpenLog(c.logPath(i), 0)
 		if err != nil {
@@ -87,7 +99,7 @@ func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error
 			return nil, err
 		}
 	}
-	probe, err := NewProbe(c.addrs)
+	probe, err := startProbe(c.addrs, opts.PKI)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
