@@ -24,8 +24,8 @@ run: build
 # A development PKI in certs/dev (git-ignored): a CA, node certificates for
 # CERT_NODES, an admin certificate (cohortctl) and a client one. Running it
 # again creates only what is missing. Node certificates name node/<id>, so
-# the IDs must be the nodes' --node-id.
-CERT_NODES ?= n1,n2,n3
+# the IDs must be the nodes' --node-id (`make run` names its nodes node1..3).
+CERT_NODES ?= node1,node2,node3
 .PHONY: certs
 certs:
 	$(GO) build -o $(BIN)/ ./cmd/cohortctl
