@@ -5,6 +5,9 @@
 #   make chaos TIME=10m NEMESIS=partition WORKLOAD=offsets NODES=5 SEED=42
 #   make chaos-cleanup               # remove what an interrupted run left behind
 #
+# Every run is mutual TLS by default (a CA and certificates made for the
+# run); CHAOS_FLAGS=--tls=false runs plaintext.
+#
 # netns mode needs root, ip(8) and iptables(8) (chaos/install-deps.sh);
 # elsewhere the runner falls back to loopback with kill and pause faults
 # only — except with CI=true, where a missing prerequisite fails the run.

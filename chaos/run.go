@@ -50,9 +50,16 @@ type Options struct {
 	// Liveness window after the final heal (default 30 s).
 	Recovery time.Duration
 	// Hostile adds the hostile workload (workload.Hostile): oversized,
-	// near-budget and malformed requests, with budgets it can reach.
+	// near-budget and malformed requests, with budgets it can reach (and,
+	// with TLS, calls authorization must refuse).
 	Hostile bool
-	Out     io.Writer
+	// Plaintext runs the cluster without TLS (cohortd --insecure in netns
+	// mode). By default every node-to-node and client connection is mutual
+	// TLS: a CA made for the run, a certificate per node, the workloads'
+	// members and readers as a client, topic creation, the registers'
+	// commits and the nemeses as an admin.
+	Plaintext bool
+	Out       io.Writer
 }
 
 func (o *Options) defaults() {
@@ -184,8 +191,12 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	defer logf.Close()
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(o.Out, logf), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	fmt.Fprintf(o.Out, "cohort-chaos: run %s, seed %d (rerun with SEED=%d), %s mode, %d nodes, workload %s, nemesis %s\n",
-		name, o.Seed, o.Seed, mode, o.Nodes, o.Workload, strings.Join(kinds, ","))
+	security := "mutual TLS"
+	if o.Plaintext {
+		security = "plaintext"
+	}
+	fmt.Fprintf(o.Out, "cohort-chaos: run %s, seed %d (rerun with SEED=%d), %s mode, %s, %d nodes, workload %s, nemesis %s\n",
+		name, o.Seed, o.Seed, mode, security, o.Nodes, o.Workload, strings.Join(kinds, ","))
 	fmt.Fprint(o.Out, sched.String())
 	for _, n := range notes {
 		log.Warn(n)
@@ -204,7 +215,7 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	cl, err := cluster.New(cluster.Config{
 		Mode: mode, Nodes: o.Nodes, Instance: o.Instance, Binary: abs(o.Cohortd), CtlBinary: ctlPath(ctl, o.Cohortctl),
 		LogDir: filepath.Join(dir, "nodes"), Logger: log,
-		ExtraArgs: extraArgs(o.Hostile),
+		ExtraArgs: extraArgs(o.Hostile), TLS: !o.Plaintext,
 	})
 	if err != nil {
 		return nil, err
@@ -227,15 +238,16 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: cluster did not come up: %w", err)
 	}
-	log.Info("cluster up", "nodes", cl.Endpoints())
+	log.Info("cluster up", "nodes", cl.Endpoints(), "security", security)
+	creds := workload.Credentials{Client: cl.ClientCredentials(), Admin: cl.AdminCredentials()}
 
 	var offs *workload.Offsets
 	var grps *workload.Groups
 	if o.Workload == "offsets" || o.Workload == "both" {
-		offs = &workload.Offsets{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed}
+		offs = &workload.Offsets{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed, Creds: creds}
 	}
 	if o.Workload == "groups" || o.Workload == "both" {
-		grps = &workload.Groups{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed, SessionTimeout: o.SessionTimeout}
+		grps = &workload.Groups{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed, SessionTimeout: o.SessionTimeout, Creds: creds}
 		if sched.FailoverOnly(o.SessionTimeout) {
 			// Sparse churn, so that a rebalance a failover caused stands out.
 			grps.LifetimeMin, grps.LifetimeMax = 30*time.Second, 90*time.Second
@@ -243,7 +255,7 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	var hostile *workload.Hostile
 	if o.Hostile {
-		hostile = &workload.Hostile{Endpoints: cl.Endpoints(), Log: log, Seed: o.Seed}
+		hostile = &workload.Hostile{Endpoints: cl.Endpoints(), Log: log, Seed: o.Seed, Creds: creds}
 	}
 	if offs == nil && grps == nil {
 		return nil, fmt.Errorf("chaos: unknown workload %q: want offsets, groups or both", o.Workload)
@@ -254,6 +266,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	if grps != nil {
 		err = errors.Join(err, grps.Setup(setupCtx))
+	}
+	if hostile != nil {
+		err = errors.Join(err, hostile.Setup(setupCtx))
 	}
 	cancel()
 	if err != nil {
@@ -303,6 +318,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	if grps != nil {
 		grps.FinalFetch(fctx)
 	}
+	if hostile != nil {
+		hostile.Final(fctx)
+	}
 	cancel()
 	rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvEnd, Start: rec.Now()})
 	if err := rec.Flush(); err != nil {
@@ -318,7 +336,7 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 		FailoverOnly: sched.FailoverOnly(o.SessionTimeout), SessionTimeout: o.SessionTimeout,
 		LivenessWindow: o.Recovery, VisualizeDir: dir,
 	})
-	r := &report.Results{Run: name, Seed: o.Seed, Mode: string(mode), Nodes: o.Nodes, Workload: o.Workload,
+	r := &report.Results{Run: name, Seed: o.Seed, Mode: string(mode), Security: security, Nodes: o.Nodes, Workload: o.Workload,
 		Nemesis: kinds, Dropped: dropped, Duration: time.Since(started).Round(time.Second).String(), Schedule: sched, Notes: notes}
 	report.Summarise(r, es, res)
 	if healErr != nil {

@@ -10,6 +10,13 @@
 //     ip(8) and iptables(8).
 //   - local: nodes on 127.0.0.1 with their own ports; kill and pause only.
 //
+// With Config.TLS (the runner's default) the cluster runs with mutual TLS:
+// New makes a CA and a certificate per node (node/<id>, valid for the
+// node's address) and for two callers, an admin (cluster operations, the
+// nemeses, cohortctl) and a client (group members), and every cohortd gets
+// --tls-cert, --tls-key and --tls-ca, so Raft and gRPC speak TLS 1.3 and
+// every gRPC caller must show a certificate of that CA.
+//
 // What it must never do: send traffic anywhere but loopback and the
 // 10.77.<I>.0/24 network it creates, or leave a namespace, link, iptables
 // rule, process or directory behind. Everything it makes is named with the
@@ -35,7 +42,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/proc"
@@ -64,7 +70,10 @@ type Config struct {
 	LogDir string
 	// ExtraArgs are passed to every cohortd.
 	ExtraArgs []string
-	Logger    *slog.Logger
+	// TLS runs the cluster with mutual TLS (a PKI made by New). Without
+	// it the nodes run in plaintext, with --insecure in netns mode.
+	TLS    bool
+	Logger *slog.Logger
 }
 
 // Node is one cohortd.
@@ -115,6 +124,12 @@ type Cluster struct {
 	dataDir string
 	log     *slog.Logger
 	Nodes   []*Node
+
+	// pki is the directory of the CA and the certificates ("" without
+	// TLS); admin and client are the callers' credentials (plaintext
+	// without TLS).
+	pki           string
+	admin, client caller
 
 	mu          sync.Mutex
 	partitioned bool
@@ -198,6 +213,16 @@ func New(cfg Config) (*Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	if cfg.TLS {
+		if err := c.makePKI(filepath.Join(dir, "pki")); err != nil {
+			_ = os.RemoveAll(dir)
+			if c.ports != nil {
+				c.ports.Release()
+			}
+			lock.Close()
+			return nil, err
+		}
+	}
 	if cfg.Mode == ModeNetns {
 		if err := c.setupNetwork(); err != nil {
 			c.teardownNetwork()
@@ -247,6 +272,13 @@ func (c *Cluster) args(n *Node) []string {
 		a = append(a, "--join", strings.Join(others, ","))
 	} else {
 		a = append(a, "--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(c.Endpoints(), ","))
+	}
+	switch f := c.nodeFiles(n); {
+	case c.pki != "":
+		a = append(a, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
+	case c.cfg.Mode == ModeNetns:
+		// Plaintext on the namespaces' addresses is refused without it.
+		a = append(a, "--insecure")
 	}
 	return append(a, c.cfg.ExtraArgs...)
 }
@@ -362,7 +394,7 @@ func (n *Node) Removed() bool {
 
 // NodeInfo asks one node who it is and whom it follows.
 func (c *Cluster) NodeInfo(ctx context.Context, n *Node) (*cohortv1.NodeInfoResponse, error) {
-	conn, err := grpc.NewClient(n.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(n.GRPCAddr, c.admin.creds.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +501,7 @@ func (c *Cluster) CtlVia(ctx context.Context, endpoints []string, args ...string
 	}
 	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	args = append([]string{"--endpoints", strings.Join(endpoints, ",")}, args...)
+	args = append(append([]string{"--endpoints", strings.Join(endpoints, ",")}, c.admin.ctlArgs()...), args...)
 	out, err := exec.CommandContext(cctx, c.cfg.CtlBinary, args...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("cohortctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))

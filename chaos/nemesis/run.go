@@ -259,10 +259,11 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 
 // removeNode takes a node out of the raft configuration (the Cluster
 // service's RemoveServer, the call `cohortctl cluster remove` makes; called
-// directly so that a refusal's gRPC code can be read), waits for it to stop
+// directly, with the admin credential, so that a refusal's gRPC code can
+// be read), waits for it to stop
 // itself (kills it if it lingers) and wipes its data.
 func (r *Runner) removeNode(ctx context.Context, n *cluster.Node) error {
-	conn, err := client.Dial(client.ConnConfig{Endpoints: r.C.Endpoints(), RequestTimeout: 10 * time.Second})
+	conn, err := client.Dial(client.ConnConfig{Endpoints: r.C.Endpoints(), Credentials: r.C.AdminCredentials(), RequestTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ type Results struct {
 	Valid     bool                               `json:"valid"`
 	Seed      uint64                             `json:"seed"`
 	Mode      string                             `json:"mode"`
+	Security  string                             `json:"security,omitempty"` // "mutual TLS" or "plaintext"
 	Nodes     int                                `json:"nodes"`
 	Workload  string                             `json:"workload"`
 	Nemesis   []string                           `json:"nemesis"`
@@ -93,7 +94,11 @@ func Text(r *Results) string {
 	if !r.Valid {
 		verdict = "INVALID"
 	}
-	fmt.Fprintf(&b, "run %s: %s (seed %d, %s mode, %d nodes, workload %s, %s)\n", r.Run, verdict, r.Seed, r.Mode, r.Nodes, r.Workload, r.Duration)
+	mode := r.Mode + " mode"
+	if r.Security != "" {
+		mode += ", " + r.Security
+	}
+	fmt.Fprintf(&b, "run %s: %s (seed %d, %s, %d nodes, workload %s, %s)\n", r.Run, verdict, r.Seed, mode, r.Nodes, r.Workload, r.Duration)
 	kinds := make([]string, 0, len(r.Faults))
 	for k := range r.Faults {
 		kinds = append(kinds, k)

@@ -26,6 +26,9 @@ type Groups struct {
 	Rec       *history.Recorder
 	Log       *slog.Logger
 	Seed      uint64
+	// Creds: members are clients; the final describe, which compares
+	// member IDs, is an admin's (a client's hides them).
+	Creds Credentials
 	// Groups (default 2) with Slots members each (default 4); every
 	// second slot is a static member (instance ID kept across restarts).
 	Groups, Slots int
@@ -95,7 +98,7 @@ func (w *Groups) GroupIDs() []string {
 // Setup creates the topic.
 func (w *Groups) Setup(ctx context.Context) error {
 	w.defaults()
-	return createTopic(ctx, w.Endpoints, GroupsTopic, int32(w.Partitions))
+	return createTopic(ctx, w.Endpoints, w.Creds.Admin, GroupsTopic, int32(w.Partitions))
 }
 
 // StopChurn lets every slot keep (or start) one member that stays.
@@ -170,6 +173,7 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 		RebalanceTimeout: 2 * w.SessionTimeout,
 		RequestTimeout:   2 * time.Second,
 		RetryBackoffMax:  time.Second,
+		Credentials:      w.Creds.Client,
 		DialOptions:      []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptor(inc))},
 		OnAssigned: func(_ context.Context, _ int32, a []client.TopicPartition) {
 			inc.mu.Lock()
@@ -379,7 +383,7 @@ func (w *Groups) LiveMembers() map[string][]string {
 // AwaitStable polls until every group is Stable with exactly its live
 // members, for at most window, and records one final describe per group.
 func (w *Groups) AwaitStable(ctx context.Context, window time.Duration) {
-	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, RequestTimeout: 2 * time.Second})
+	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, Credentials: w.Creds.Admin, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return
 	}
@@ -431,7 +435,7 @@ func (w *Groups) AwaitStable(ctx context.Context, window time.Duration) {
 // FinalFetch reads every partition's committed offset of every group
 // (after the members stopped), for the durability checker.
 func (w *Groups) FinalFetch(ctx context.Context) {
-	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, RequestTimeout: 2 * time.Second})
+	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, Credentials: w.Creds.Client, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return
 	}

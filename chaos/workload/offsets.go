@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cohortlabs/cohort/chaos/history"
 	"github.com/cohortlabs/cohort/client"
@@ -25,6 +24,9 @@ type Offsets struct {
 	Rec       *history.Recorder
 	Log       *slog.Logger
 	Seed      uint64
+	// Creds: the writes are standalone commits (no member), which need the
+	// admin credential; the reads are a client's.
+	Creds Credentials
 	// ProcsPerNode clients are bound to each node (default 2).
 	ProcsPerNode int
 	// Groups × Partitions keys are live at a time (defaults 2 × 3). Every
@@ -71,11 +73,12 @@ func (w *Offsets) defaults() {
 // Setup creates the topic.
 func (w *Offsets) Setup(ctx context.Context) error {
 	w.defaults()
-	return createTopic(ctx, w.Endpoints, OffsetsTopic, int32(w.Partitions))
+	return createTopic(ctx, w.Endpoints, w.Creds.Admin, OffsetsTopic, int32(w.Partitions))
 }
 
-func createTopic(ctx context.Context, endpoints []string, name string, partitions int32) error {
-	conn, err := client.Dial(client.ConnConfig{Endpoints: endpoints, RequestTimeout: 2 * time.Second})
+// createTopic creates a topic as admin (creds).
+func createTopic(ctx context.Context, endpoints []string, creds client.Credentials, name string, partitions int32) error {
+	conn, err := client.Dial(client.ConnConfig{Endpoints: endpoints, Credentials: creds, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -94,17 +97,17 @@ func createTopic(ctx context.Context, endpoints []string, name string, partition
 	}
 }
 
-// dialOptions: a client reconnects to a restarted node within a second
-// (gRPC's default backoff grows to two minutes, which would hide recovery).
-func dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+// dialOptions carry creds; a client reconnects to a restarted node within
+// a second (gRPC's default backoff grows to two minutes, which would hide
+// recovery).
+func dialOptions(creds client.Credentials) []grpc.DialOption {
+	return append(creds.DialOptions(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxRecvMsgSize)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}),
-	}
+	)
 }
 
 // Recovered reports whether every client completed an operation since t
@@ -162,22 +165,30 @@ func (w *Offsets) key(rng *rand.Rand) history.Key {
 }
 
 // client is one process, bound to one node like a Jepsen client: no
-// leader-following, no retries; every call is one attempt.
+// leader-following, no retries; every call is one attempt. It writes over
+// a connection with the admin credential and reads over one with the
+// client credential, both to its node.
 func (w *Offsets) client(ctx context.Context, proc int, endpoint string) {
 	rng := rand.New(rand.NewPCG(w.Seed, uint64(proc)))
-	conn, err := grpc.NewClient(endpoint, dialOptions()...)
+	wconn, err := grpc.NewClient(endpoint, dialOptions(w.Creds.Admin)...)
 	if err != nil {
 		w.Log.Error("offsets client", "endpoint", endpoint, "err", err)
 		return
 	}
-	defer conn.Close()
-	groups := cohortv1.NewGroupCoordinatorClient(conn)
+	defer wconn.Close()
+	rconn, err := grpc.NewClient(endpoint, dialOptions(w.Creds.Client)...)
+	if err != nil {
+		w.Log.Error("offsets client", "endpoint", endpoint, "err", err)
+		return
+	}
+	defer rconn.Close()
+	writer, reader := cohortv1.NewGroupCoordinatorClient(wconn), cohortv1.NewGroupCoordinatorClient(rconn)
 	for ctx.Err() == nil {
 		k := w.key(rng)
 		if rng.IntN(2) == 0 {
-			w.read(ctx, groups, proc, endpoint, k, false)
+			w.read(ctx, reader, proc, endpoint, k, false)
 		} else {
-			w.write(ctx, groups, proc, endpoint, k)
+			w.write(ctx, writer, proc, endpoint, k)
 		}
 		select {
 		case <-ctx.Done():
@@ -260,7 +271,7 @@ func (w *Offsets) Final(ctx context.Context) {
 	w.mu.Unlock()
 	conns := make([]cohortv1.GroupCoordinatorClient, len(w.Endpoints))
 	for i, ep := range w.Endpoints {
-		c, err := grpc.NewClient(ep, dialOptions()...)
+		c, err := grpc.NewClient(ep, dialOptions(w.Creds.Client)...)
 		if err != nil {
 			continue
 		}

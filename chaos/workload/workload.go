@@ -9,6 +9,10 @@
 //     leaves, crashes without leaving, static members restarting), every
 //     JoinGroup, SyncGroup, heartbeat and commit recorded.
 //
+// Every caller shows the credential of its role (Credentials): members and
+// readers a client's, topic creation, the registers' standalone commits
+// and the final describe of the members an admin's.
+//
 // What it must never do: call an outcome known when it is not. A timeout, a
 // lost connection mid-call or a NOT_LEADER after proposing are "info": the
 // operation may or may not have happened.
@@ -30,6 +34,17 @@ const (
 	OffsetsTopic = "chaos-offsets"
 	GroupsTopic  = "chaos-groups"
 )
+
+// Credentials of the workloads' callers. The zero value is plaintext
+// without a credential (a cluster run with --tls=false).
+type Credentials struct {
+	// Client is a consumer's: group members, offset reads, the hostile
+	// probes that a consumer may send.
+	Client client.Credentials
+	// Admin is an operator's: topic creation, commits outside a membership
+	// (the registers' writes), DescribeGroups with member IDs.
+	Admin client.Credentials
+}
 
 // call is what one gRPC call learns besides its error; pass options() to
 // the call.

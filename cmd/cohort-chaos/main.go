@@ -1,11 +1,13 @@
 // Command cohort-chaos runs Cohort's Jepsen-style failure suite: a cluster
 // of real cohortd processes (each in its own network namespace, or on
-// loopback in local mode), concurrent clients, faults on a seeded schedule,
-// and checkers over the recorded history. The report goes to
+// loopback in local mode) with mutual TLS unless --tls=false, concurrent
+// clients, faults on a seeded schedule, and checkers over the recorded
+// history. The report goes to
 // store/<run>/; the exit status is 0 for a valid run, 1 for an invalid one
 // and 2 when the run could not be carried out.
 //
 //	cohort-chaos --time 3m --nodes 3 --nemesis mixed --workload both --seed 42
+//	cohort-chaos --tls=false ...      # plaintext (mutual TLS is the default)
 //	cohort-chaos --cleanup            # remove what a crashed run left behind
 //	cohort-chaos --check store/latest # check a saved history again
 package main
@@ -36,7 +38,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	var o chaos.Options
 	var seed uint64
-	var cleanup, expectInvalid bool
+	var cleanup, expectInvalid, useTLS bool
 	var check string
 	fs := flag.NewFlagSet("cohort-chaos", flag.ExitOnError)
 	fs.DurationVar(&o.Time, "time", 2*time.Minute, "length of the fault period (setup and the final phase come on top)")
@@ -44,7 +46,8 @@ func run() int {
 	fs.StringVar(&o.Nemesis, "nemesis", "mixed", "fault kinds or groups, comma-separated: "+strings.Join(nemesis.AllKinds, ", ")+
 		"; groups: kill, pause, partition, membership, leader, mixed, none")
 	fs.StringVar(&o.Workload, "workload", "both", "offsets, groups or both")
-	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run (every one must be refused as promised)")
+	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run, and with TLS calls authorization must refuse (every one must be refused as promised)")
+	fs.BoolVar(&useTLS, "tls", true, "run the cluster with mutual TLS on every node-to-node and client connection (a CA and certificates made for the run); --tls=false runs plaintext")
 	fs.Uint64Var(&seed, "seed", 0, "schedule seed (0: drawn from the clock; printed either way)")
 	fs.StringVar(&o.Mode, "mode", "auto", "auto (netns when possible), netns, or local (loopback; kill and pause only)")
 	fs.IntVar(&o.Instance, "instance", 0, "instance number for parallel runs (names cch<N>-*, subnet 10.77.<N>.0/24)")
@@ -64,6 +67,7 @@ func run() int {
 	fs.StringVar(&check, "check", "", "check the history.jsonl of a saved run directory again and exit")
 	_ = fs.Parse(os.Args[1:])
 	o.Seed = seed
+	o.Plaintext = !useTLS
 	o.CI = os.Getenv("CI") == "true"
 
 	if cleanup {
