@@ -142,20 +142,7 @@ func TestTransport_OutboundIdlePastPeerTimeout_Redials(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	roundTrip := func(b byte) error {
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Write([]byte{b}); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		got := make([]byte, 1)
-		if _, err := io.ReadFull(c, got); err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		if got[0] != b {
-			return fmt.Errorf("echo %d, want %d", got[0], b)
-		}
-		return nil
-	}
+	roundTrip := func(b byte) error { return echo(c, b) }
 	if err := roundTrip(1); err != nil {
 		t.Fatalf("first round trip: %v", err)
 	}
