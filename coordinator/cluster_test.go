@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -327,8 +328,54 @@ func TestStaticMember_RestartWithinSession_KeepsAssignmentAndGeneration(t *testi
 	if err := a.heartbeat(ctx); err != nil {
 		t.Fatalf("the other member must see no rebalance: %v", err)
 	}
-	if err := s.heartbeat(ctx); reason(err) != "FENCED_INSTANCE_ID" && reason(err) != "UNKNOWN_MEMBER_ID" {
-		t.Fatalf("the old incarnation's heartbeat: %v, want it fenced", err)
+	if err := s.heartbeat(ctx); reason(err) != "FENCED_INSTANCE_ID" {
+		t.Fatalf("the old incarnation's heartbeat: %v, want FENCED_INSTANCE_ID", err)
+	}
+	// KIP-345: the old incarnation joining again with its old member ID is
+	// fenced too, not told UNKNOWN_MEMBER_ID (on which a client rejoins
+	// with its instance ID alone and takes the slot back), and the newer
+	// one keeps it.
+	if err := s.tryJoin(ctx); reason(err) != "FENCED_INSTANCE_ID" {
+		t.Fatalf("the old incarnation's JoinGroup: %v, want FENCED_INSTANCE_ID", err)
+	}
+	if err := restarted.heartbeat(ctx); err != nil {
+		t.Fatalf("the newer incarnation after the old one's join: %v", err)
+	}
+}
+
+// TestStaticMember_ReplacedWhileParked_OldCallFenced: a static member's
+// JoinGroup parked at the barrier is answered FENCED_INSTANCE_ID when a
+// newer incarnation with the same instance ID takes the slot, so the old
+// process stops instead of joining again and fencing the new one.
+func TestStaticMember_ReplacedWhileParked_OldCallFenced(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, s := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	s.instance = "instance-1"
+	a.rebalMs, s.rebalMs = 20000, 20000
+	rebalance(t, ctx, a, s)
+
+	// A new member starts a rebalance; s rejoins and parks (a has not).
+	n := newMember(t, c, "g", "t")
+	n.rebalMs = 20000
+	nJoined := make(chan error, 1)
+	go func() { nJoined <- n.tryJoin(ctx) }()
+	waitState(t, ctx, c, "g", "PreparingRebalance")
+	parked := make(chan error, 1)
+	go func() { parked <- s.tryJoin(ctx) }()
+	waitParked(t, c, 2) // n and s wait for a
+
+	restarted := newMember(t, c, "g", "t")
+	restarted.instance = "instance-1"
+	restarted.rebalMs = 20000
+	go func() { _ = restarted.tryJoin(ctx) }()
+	select {
+	case err := <-parked:
+		if reason(err) != "FENCED_INSTANCE_ID" {
+			t.Fatalf("the replaced incarnation's parked JoinGroup: %v, want FENCED_INSTANCE_ID", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the replaced incarnation's parked JoinGroup was never answered")
 	}
 }
 
@@ -501,4 +548,46 @@ func TestCreateTopic_SettledGroupRebalancesOntoTheNewTopic(t *testing.T) {
 	}
 	checkAssignment(t, "t", 6, a, b)
 	checkAssignment(t, "later", 4, a, b)
+}
+
+// waitState polls the leader until group is in state.
+func waitState(t *testing.T, ctx context.Context, c *testcluster.Cluster, group, state string) {
+	t.Helper()
+	for {
+		resp, err := c.Groups(c.Leader()).DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{group}})
+		if err == nil && len(resp.GetGroups()) == 1 && resp.GetGroups()[0].GetState() == state {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("group %s never reached %s (last: %v, %v)", group, state, resp, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// waitParked polls the leader until n JoinGroup calls are parked at its
+// barrier (cohort_group_parked_calls{kind="join"}).
+func waitParked(t *testing.T, c *testcluster.Cluster, n int) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Nodes[c.Leader()].Engine.Collectors()...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "cohort_group_parked_calls" && m.GetLabel()[0].GetValue() == "join" && int(m.GetGauge().GetValue()) >= n {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d JoinGroup calls never parked", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -26,7 +26,14 @@ func sessionDeadline(now time.Time, m *fsm.Member) time.Time {
 }
 
 // touchSessionLocked restarts member's session: it was heard from at now.
-func (e *Engine) touchSessionLocked(group, member string, g *fsm.Group, now time.Time) {
+// The member is looked up again in the FSM's current state, not in the
+// caller's view of the group, which may predate the member's removal: a session
+// started for a member that is gone would be expired on every tick.
+func (e *Engine) touchSessionLocked(group, member string, now time.Time) {
+	g, ok := e.fsm.Group(group)
+	if !ok {
+		return
+	}
 	if m, ok := g.Member(member); ok {
 		e.sessions[memberKey{group, member}] = sessionDeadline(now, m)
 	}

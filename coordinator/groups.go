@@ -56,6 +56,14 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 			return nil, errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q uses protocol type %q, the request says %q", g.ID, g.ProtocolType, r.GetProtocolType())
 		}
 	}
+	if exists && memberID != "" && r.GetInstanceId() != "" {
+		// KIP-345: an older incarnation of a static member that a newer
+		// one replaced is fenced; told UNKNOWN_MEMBER_ID it would join
+		// again with its instance ID alone and fence the newer one.
+		if owner, ok := g.MemberByInstance(r.GetInstanceId()); ok && owner.ID != memberID {
+			return nil, errcode.Errorf(errcode.FencedInstanceID, "instance %q of group %q belongs to member %q, not %q: a newer instance replaced this one", r.GetInstanceId(), g.ID, owner.ID, memberID)
+		}
+	}
 	switch {
 	case memberID == "" && r.GetInstanceId() != "":
 		// A static member needs no extra round trip: it gets a new ID and
@@ -108,12 +116,12 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	}
 	g = res.Group
 	if g.State == fsm.PreparingRebalance {
-		if g, err = e.park(ctx, waitJoin, g.ID, memberID, g.Generation); err != nil {
+		if g, err = e.park(ctx, waitJoin, g.ID, memberID, r.GetInstanceId(), g.Generation); err != nil {
 			return nil, err
 		}
 	} else {
 		e.mu.Lock()
-		e.touchSessionLocked(g.ID, memberID, g, e.cfg.Now())
+		e.touchSessionLocked(g.ID, memberID, e.cfg.Now())
 		e.mu.Unlock()
 	}
 	e.m.joinLatency.Observe(e.cfg.Now().Sub(start).Seconds())
@@ -197,7 +205,7 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 		}
 		g = res.Group
 	default:
-		if g, err = e.park(ctx, waitSync, g.ID, r.GetMemberId(), r.GetGeneration()); err != nil {
+		if g, err = e.park(ctx, waitSync, g.ID, r.GetMemberId(), r.GetInstanceId(), r.GetGeneration()); err != nil {
 			return nil, err
 		}
 	}
@@ -206,7 +214,7 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 		return nil, errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", r.GetMemberId(), g.ID)
 	}
 	e.mu.Lock()
-	e.touchSessionLocked(g.ID, m.ID, g, e.cfg.Now())
+	e.touchSessionLocked(g.ID, m.ID, e.cfg.Now())
 	e.mu.Unlock()
 	return &cohortv1.SyncGroupResponse{Assignment: assignmentToAPI(m.Assignment), Protocol: g.Protocol}, nil
 }
@@ -266,7 +274,7 @@ func (e *Engine) refresh(g *fsm.Group, member string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.serving {
-		e.touchSessionLocked(g.ID, member, g, e.cfg.Now())
+		e.touchSessionLocked(g.ID, member, e.cfg.Now())
 	}
 }
 

@@ -69,8 +69,13 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 	case *fsmv1.Command_DeleteGroups:
 		ids = c.DeleteGroups.GetGroupIds()
 	default:
+		// A command refused for a group that is gone has no res.Group; the
+		// engine must still forget that group's sessions and timers, or a
+		// stale one would be proposed again on every tick.
 		if res.Group != nil {
 			ids = []string{res.Group.ID}
+		} else if id := commandGroup(cmd); id != "" {
+			ids = []string{id}
 		}
 	}
 	if len(ids) == 0 {
@@ -86,6 +91,21 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 		g, _ := e.fsm.Group(id)
 		e.reconcileLocked(id, g, now, false)
 	}
+}
+
+// commandGroup is the group a group command names ("" for others).
+func commandGroup(cmd *fsmv1.Command) string {
+	switch c := cmd.GetKind().(type) {
+	case *fsmv1.Command_JoinMember:
+		return c.JoinMember.GetGroupId()
+	case *fsmv1.Command_RemoveMembers:
+		return c.RemoveMembers.GetGroupId()
+	case *fsmv1.Command_CompleteJoin:
+		return c.CompleteJoin.GetGroupId()
+	case *fsmv1.Command_SyncAssignment:
+		return c.SyncAssignment.GetGroupId()
+	}
+	return ""
 }
 
 // reconcileLocked re-derives one group's deadlines from the FSM's view of it

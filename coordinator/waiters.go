@@ -20,6 +20,7 @@ const (
 type waiter struct {
 	kind       waitKind
 	member     string
+	instance   string // static instance ID, "" for a dynamic member
 	generation int32
 	ch         chan waitResult
 }
@@ -43,7 +44,7 @@ func (e *Engine) answerLocked(id string, g *fsm.Group, now time.Time) {
 			continue
 		}
 		if res.err == nil {
-			e.touchSessionLocked(id, w.member, g, now)
+			e.touchSessionLocked(id, w.member, now)
 		}
 		w.ch <- res
 	}
@@ -61,6 +62,12 @@ func waitOutcome(w *waiter, g *fsm.Group) (waitResult, bool) {
 		return waitResult{err: errcode.Errorf(errcode.UnknownMemberID, "the group no longer exists")}, true
 	}
 	if _, ok := g.Member(w.member); !ok {
+		if owner, ok := g.MemberByInstance(w.instance); ok {
+			// KIP-345: a newer incarnation of this static member took its
+			// slot; the old one is fenced, not told to join again (which
+			// would fence the new one in turn).
+			return waitResult{err: errcode.Errorf(errcode.FencedInstanceID, "instance %q of group %q now belongs to member %q: member %q was replaced by a newer instance", w.instance, g.ID, owner.ID, w.member)}, true
+		}
 		return waitResult{err: errcode.Errorf(errcode.UnknownMemberID, "member %q was removed from group %q (it did not rejoin in time, left, or expired)", w.member, g.ID)}, true
 	}
 	switch w.kind {
@@ -83,8 +90,8 @@ func waitOutcome(w *waiter, g *fsm.Group) (waitResult, bool) {
 // park waits for the barrier of one call. The caller has just seen the
 // group in the state that makes it wait; park re-checks under the lock, so
 // no completion between that read and the registration is missed.
-func (e *Engine) park(ctx context.Context, kind waitKind, group, member string, generation int32) (*fsm.Group, error) {
-	w := &waiter{kind: kind, member: member, generation: generation, ch: make(chan waitResult, 1)}
+func (e *Engine) park(ctx context.Context, kind waitKind, group, member, instance string, generation int32) (*fsm.Group, error) {
+	w := &waiter{kind: kind, member: member, instance: instance, generation: generation, ch: make(chan waitResult, 1)}
 	e.mu.Lock()
 	if !e.serving {
 		e.mu.Unlock()
@@ -93,7 +100,7 @@ func (e *Engine) park(ctx context.Context, kind waitKind, group, member string, 
 	g, _ := e.fsm.Group(group)
 	if res, done := waitOutcome(w, g); done {
 		if res.err == nil {
-			e.touchSessionLocked(group, member, g, e.cfg.Now())
+			e.touchSessionLocked(group, member, e.cfg.Now())
 		}
 		e.mu.Unlock()
 		return res.group, res.err

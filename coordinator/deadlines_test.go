@@ -1,0 +1,111 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cohortlabs/cohort/fsm"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// localRaft applies every command at once to one FSM, as a one-node
+// cluster would, and counts the RemoveMembers it is given.
+type localRaft struct {
+	fsm     *fsm.FSM
+	mu      sync.Mutex
+	index   uint64
+	removes atomic.Int64
+}
+
+func (l *localRaft) Apply(_ context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	if _, ok := cmd.GetKind().(*fsmv1.Command_RemoveMembers); ok {
+		l.removes.Add(1)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index++
+	return l.fsm.Apply(l.index, cmd), nil
+}
+func (l *localRaft) Barrier(context.Context) error      { return nil }
+func (l *localRaft) VerifyLeader(context.Context) error { return nil }
+func (l *localRaft) IsLeader() bool                     { return true }
+func (l *localRaft) CommitIndex() uint64                { l.mu.Lock(); defer l.mu.Unlock(); return l.index }
+func (l *localRaft) AppliedIndex() uint64               { return l.CommitIndex() }
+
+// servingEngine runs an engine that leads over a localRaft until the test
+// ends.
+func servingEngine(t *testing.T, tick time.Duration) (*Engine, *localRaft) {
+	t.Helper()
+	f := fsm.New()
+	lr := &localRaft{fsm: f}
+	cfg := DefaultConfig()
+	cfg.Tick = tick
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	e, err := New(cfg, lr, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan bool, 1)
+	leading <- true
+	done := make(chan struct{})
+	go func() { e.Run(ctx, leading); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.mu.Lock()
+		serving := e.serving
+		e.mu.Unlock()
+		if serving {
+			return e, lr
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the engine did not start serving")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Test_SessionOfAGoneMember_IsExpiredOnce: a session the engine holds for
+// a member of a group that no longer exists (a refresh that raced the
+// group's deletion) is proposed for removal once, refused, and forgotten;
+// it used to be proposed again on every tick, forever.
+func Test_SessionOfAGoneMember_IsExpiredOnce(t *testing.T) {
+	e, lr := servingEngine(t, 5*time.Millisecond)
+	e.mu.Lock()
+	e.sessions[memberKey{"deleted", "m-1"}] = e.cfg.Now().Add(-time.Second)
+	e.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for lr.removes.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the expired session was never proposed for removal")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(40 * e.cfg.Tick) // forty more ticks
+	if n := lr.removes.Load(); n != 1 {
+		t.Fatalf("%d RemoveMembers proposed for one gone member, want 1", n)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.sessions[memberKey{"deleted", "m-1"}]; ok {
+		t.Fatal("the gone member's session is still held")
+	}
+}
+
+// Test_TouchSession_IgnoresAMemberTheFSMNoLongerHas: refreshing the
+// session of a member that the FSM has removed (the caller's view of the
+// group predates the removal) starts no session.
+func Test_TouchSession_IgnoresAMemberTheFSMNoLongerHas(t *testing.T) {
+	e, _ := servingEngine(t, time.Hour)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.touchSessionLocked("g", "gone", e.cfg.Now())
+	if len(e.sessions) != 0 {
+		t.Fatalf("sessions %v after refreshing a member that does not exist", e.sessions)
+	}
+}
