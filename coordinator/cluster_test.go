@@ -591,3 +591,40 @@ func waitParked(t *testing.T, c *testcluster.Cluster, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestParkedMember_CutCall_KeepsItsSession: a member whose JoinGroup waits
+// at the barrier longer than its session timeout, and whose call is then
+// cut (a connection reset, a forwarding follower restarting), is still a
+// member when it retries at once: the session counts from when the call
+// parked and from when it was cut, as Kafka keeps a member awaiting join
+// alive until the barrier completes (issue 13, finding 3).
+func TestParkedMember_CutCall_KeepsItsSession(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	a.sessionMs, a.rebalMs = 30000, 30000
+	b.sessionMs, b.rebalMs = 300, 30000
+	rebalance(t, ctx, a, b)
+
+	// A new member starts a rebalance that a, silent, holds open.
+	n := newMember(t, c, "g", "t")
+	n.sessionMs, n.rebalMs = 30000, 30000
+	go func() { _ = n.tryJoin(ctx) }()
+	waitState(t, ctx, c, "g", "PreparingRebalance")
+
+	// b parks for three of its session timeouts, then its call is cut.
+	cut, cancel := context.WithTimeout(ctx, 3*time.Duration(b.sessionMs)*time.Millisecond)
+	err := b.tryJoin(cut)
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Canceled {
+		t.Fatalf("b's parked join: %v, want it cut while waiting", err)
+	}
+	// The client backs off (100 ms, shorter than the session timeout), and
+	// its retry parks again instead of finding b expired.
+	time.Sleep(100 * time.Millisecond)
+	retry, cancelRetry := context.WithTimeout(ctx, 2*time.Duration(b.sessionMs)*time.Millisecond)
+	defer cancelRetry()
+	if err := b.tryJoin(retry); reason(err) == "UNKNOWN_MEMBER_ID" {
+		t.Fatalf("b's retry right after its parked call was cut: %v: its session expired while it waited", err)
+	}
+}

@@ -106,6 +106,9 @@ func (e *Engine) park(ctx context.Context, kind waitKind, group, member, instanc
 		return res.group, res.err
 	}
 	e.waiters[group] = append(e.waiters[group], w)
+	// A parked member is alive: its session counts from now, and does not
+	// run while it waits (expiredSessionsLocked skips it).
+	e.touchSessionLocked(group, member, e.cfg.Now())
 	e.mu.Unlock()
 	e.m.parked.WithLabelValues(kindName(kind)).Inc()
 	defer e.m.parked.WithLabelValues(kindName(kind)).Dec()
@@ -118,6 +121,10 @@ func (e *Engine) park(ctx context.Context, kind waitKind, group, member, instanc
 		ws := e.waiters[group]
 		if i := slices.Index(ws, w); i >= 0 {
 			e.waiters[group] = slices.Delete(ws, i, i+1)
+			// Its call was cut (a reset connection, a restarted
+			// forwarder), not its life: a full session from now lets
+			// the client's retry find it a member still.
+			e.touchSessionLocked(group, member, e.cfg.Now())
 			e.mu.Unlock()
 			return nil, ctx.Err()
 		}
