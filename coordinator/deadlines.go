@@ -39,16 +39,30 @@ func (e *Engine) touchSessionLocked(group, member string, now time.Time) {
 	}
 }
 
+// firstRetentionSweep is how long after gaining leadership the first
+// offset retention sweep runs.
+const firstRetentionSweep = time.Second
+
 // tickLoop turns passed deadlines into commands for one leadership epoch.
 func (e *Engine) tickLoop(ctx context.Context, epoch uint64) {
 	t := time.NewTicker(e.cfg.Tick)
 	defer t.Stop()
 	retention := time.NewTicker(e.cfg.OffsetsRetentionCheckInterval)
 	defer retention.Stop()
+	// The first sweep comes soon after leadership is gained, not a whole
+	// interval later: with leaders changing more often than the interval
+	// (10 min by default) offsets would otherwise never expire.
+	firstSweep := time.NewTimer(min(firstRetentionSweep, e.cfg.OffsetsRetentionCheckInterval))
+	defer firstSweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-firstSweep.C:
+			if !e.inEpoch(epoch) {
+				return
+			}
+			e.expireOffsets(ctx)
 		case <-t.C:
 			if !e.inEpoch(epoch) {
 				return

@@ -109,3 +109,54 @@ func Test_TouchSession_IgnoresAMemberTheFSMNoLongerHas(t *testing.T) {
 		t.Fatalf("sessions %v after refreshing a member that does not exist", e.sessions)
 	}
 }
+
+// Test_RetentionSweep_RunsSoonAfterLeadershipIsGained: offsets past their
+// retention expire within seconds of a node gaining leadership, not one
+// whole check interval later (10 minutes by default, so with leaders
+// changing more often they never expired; issue 13, finding 11).
+func Test_RetentionSweep_RunsSoonAfterLeadershipIsGained(t *testing.T) {
+	f := fsm.New()
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	for i, cmd := range []*fsmv1.Command{
+		{TimestampMs: old, Kind: &fsmv1.Command_CreateTopic{CreateTopic: &fsmv1.CreateTopic{Name: "t", Partitions: 1}}},
+		{TimestampMs: old, Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: &fsmv1.CommitOffsets{GroupId: "idle", Generation: -1,
+			Offsets: []*fsmv1.OffsetCommit{{Topic: "t", Partition: 0, Offset: 7}}}}},
+	} {
+		if res := f.Apply(uint64(i+1), cmd); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if f.Stats().Offsets != 1 {
+		t.Fatalf("setup: %+v", f.Stats())
+	}
+	lr := &stampingRaft{localRaft: localRaft{fsm: f, index: 2}}
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.OffsetsRetention = time.Minute
+	cfg.OffsetsRetentionCheckInterval = time.Hour
+	e, err := New(cfg, lr, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan bool, 1)
+	leading <- true
+	done := make(chan struct{})
+	go func() { e.Run(ctx, leading); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.Stats().Offsets != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("an hour-old offset of an empty group is still there 10 s after leadership began (retention 1 min): %+v", f.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stampingRaft stamps each command with the wall clock, as raftnode does.
+type stampingRaft struct{ localRaft }
+
+func (s *stampingRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	cmd.TimestampMs = time.Now().UnixMilli()
+	return s.localRaft.Apply(ctx, cmd)
+}

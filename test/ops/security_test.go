@@ -675,6 +675,7 @@ func TestProcess_TLS_MigrationFromPlaintext_RollingRestarts(t *testing.T) {
 	c.mustCtl("topics", "create", "tls-callers", "--partitions", "1")
 	tlsLoad := newGroupLoad(t, endpoints, "billing", "orders")
 	tlsLoad.creds, tlsLoad.admin = c.creds("client"), c.creds("admin")
+	tlsLoad.next = plainLoad.next // its offsets continue above the plaintext ones
 	tlsLoad.add("m1", true)
 	tlsLoad.waitStable(endpoints, 4)
 	c.tlsMode = "on"
