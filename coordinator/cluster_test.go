@@ -628,3 +628,39 @@ func TestParkedMember_CutCall_KeepsItsSession(t *testing.T) {
 		t.Fatalf("b's retry right after its parked call was cut: %v: its session expired while it waited", err)
 	}
 }
+
+// TestRebalance_NoMemberRejoined_CompletionPostponed: when a rebalance's
+// timeout passes and the only members left are static ones that did not
+// rejoin, the join phase is not completed (Kafka 2.4+): the generation
+// does not move on with a leader that never got a join answer. When the
+// static member comes back, the round completes with it (issue 13,
+// finding 9).
+func TestRebalance_NoMemberRejoined_CompletionPostponed(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	s, d := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	s.instance = "instance-1"
+	s.sessionMs, s.rebalMs = 30000, 500
+	d.rebalMs = 500
+	rebalance(t, ctx, s, d)
+	gen := s.generation
+
+	// d leaves; s is silent (its process restarting, say).
+	if _, err := d.client().LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: []*cohortv1.LeaveMember{{MemberId: d.id}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, c, "g", "PreparingRebalance")
+	time.Sleep(4 * time.Duration(s.rebalMs) * time.Millisecond) // four rebalance timeouts pass
+	resp, err := c.Groups(c.Leader()).DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetGroups()[0]; got.GetState() != "PreparingRebalance" || got.GetGeneration() != gen {
+		t.Fatalf("after the rebalance timeout with nobody rejoined: %s at generation %d, want PreparingRebalance at %d", got.GetState(), got.GetGeneration(), gen)
+	}
+	// s comes back: the round completes with it as the leader.
+	s.mustJoin(ctx)
+	if s.generation != gen+1 || !s.isLeader() {
+		t.Fatalf("s rejoined into generation %d (leader %t), want %d as the leader", s.generation, s.isLeader(), gen+1)
+	}
+}

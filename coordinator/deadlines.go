@@ -188,6 +188,15 @@ func (e *Engine) dueCompletionsLocked(now time.Time) []joinCompletion {
 			continue
 		}
 		switch {
+		case now.After(t.at) && e.nobodyRejoinedLocked(id):
+			// Kafka 2.4+: a round that only kept static members are in,
+			// none of them rejoined, is not completed (the generation
+			// would move on with a leader that never got a join answer);
+			// it waits another rebalance timeout while their sessions run
+			// out or they come back.
+			g, _ := e.fsm.Group(id)
+			t.at = now.Add(time.Duration(g.RebalanceTimeoutMs()) * time.Millisecond)
+			e.log.Warn("rebalance timeout passed with no member rejoined; completion postponed", "group", id, "generation", t.generation, "members", len(g.Members))
 		case now.After(t.at):
 			t.firing = true
 			out = append(out, joinCompletion{id, t.generation, false})
@@ -197,6 +206,21 @@ func (e *Engine) dueCompletionsLocked(now time.Time) []joinCompletion {
 		}
 	}
 	return out
+}
+
+// nobodyRejoinedLocked reports whether group is rebalancing with members,
+// every one of them static and none rejoined.
+func (e *Engine) nobodyRejoinedLocked(id string) bool {
+	g, ok := e.fsm.Group(id)
+	if !ok || g.State != fsm.PreparingRebalance || len(g.Members) == 0 {
+		return false
+	}
+	for _, m := range g.Members {
+		if m.Joined || m.InstanceID == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // expire proposes the removal of members whose sessions passed.
