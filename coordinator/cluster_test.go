@@ -567,24 +567,11 @@ func waitState(t *testing.T, ctx context.Context, c *testcluster.Cluster, group,
 }
 
 // waitParked polls the leader until n JoinGroup calls are parked at its
-// barrier (cohort_group_parked_calls{kind="join"}).
+// barrier.
 func waitParked(t *testing.T, c *testcluster.Cluster, n int) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c.Nodes[c.Leader()].Engine.Collectors()...)
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				if mf.GetName() == "cohort_group_parked_calls" && m.GetLabel()[0].GetValue() == "join" && int(m.GetGauge().GetValue()) >= n {
-					return
-				}
-			}
-		}
+	for parkedCalls(t, c, "join") < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d JoinGroup calls never parked", n)
 		}
@@ -663,4 +650,120 @@ func TestRebalance_NoMemberRejoined_CompletionPostponed(t *testing.T) {
 	if s.generation != gen+1 || !s.isLeader() {
 		t.Fatalf("s rejoined into generation %d (leader %t), want %d as the leader", s.generation, s.isLeader(), gen+1)
 	}
+}
+
+// TestSync_RefusedPlan_ReportedAndUnsyncedMembersRemoved: a leader whose
+// plan the FSM refuses does not hold its group in CompletingRebalance
+// forever: the refusal is reported (DescribeGroups' assignment_error, the
+// assignments_refused metric), and when the rebalance timeout passes the
+// members that did not sync (the leader) are removed, the parked follower
+// is told to rejoin, and the group moves on without the leader, as Kafka
+// removes members that do not sync in time (issue 13, finding 5).
+func TestSync_RefusedPlan_ReportedAndUnsyncedMembersRemoved(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
+	a.sessionMs, b.sessionMs = 30000, 30000
+	a.rebalMs, b.rebalMs = 1000, 1000
+	errs := make(chan error, 2)
+	go func() { errs <- a.tryJoin(ctx) }()
+	go func() { errs <- b.tryJoin(ctx) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader, follower := a, b
+	if b.isLeader() {
+		leader, follower = b, a
+	}
+	gen := leader.generation
+	followerSync := make(chan error, 1)
+	go func() { followerSync <- follower.trySync(ctx) }()
+	waitSyncParked(t, c, 1)
+
+	// A plan naming a partition that does not exist.
+	_, err := leader.client().SyncGroup(ctx, &cohortv1.SyncGroupRequest{GroupId: "g", Generation: gen, MemberId: leader.id,
+		Assignments: []*cohortv1.MemberAssignment{{MemberId: leader.id, Assignment: &cohortv1.Assignment{Topics: []*cohortv1.TopicPartitions{{Topic: "t", Partitions: []int32{99}}}}}}})
+	if reason(err) != "INVALID_ASSIGNMENT" {
+		t.Fatalf("the bad plan: %v, want INVALID_ASSIGNMENT", err)
+	}
+	resp, err := c.Groups(c.Leader()).DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := resp.GetGroups()[0]; d.GetState() != "CompletingRebalance" || !strings.Contains(d.GetAssignmentError(), "INVALID_ASSIGNMENT") {
+		t.Fatalf("describe after the refused plan: state %s, assignment_error %q", d.GetState(), d.GetAssignmentError())
+	}
+	if n := metricValue(t, c, "cohort_group_assignments_refused_total"); n != 1 {
+		t.Fatalf("assignments_refused_total %v, want 1", n)
+	}
+
+	// The rebalance timeout passes: the leader, who never synced a valid
+	// plan, is removed; the follower's parked sync is told to rejoin.
+	select {
+	case err := <-followerSync:
+		if reason(err) != "REBALANCE_IN_PROGRESS" {
+			t.Fatalf("the follower's parked sync: %v, want REBALANCE_IN_PROGRESS", err)
+		}
+	case <-time.After(15 * time.Second): // the rebalance timeout is 1 s; the leader's session 30 s
+		t.Fatal("the follower's sync was not answered within 15 s: the group stays in CompletingRebalance until the leader's session runs out")
+	}
+	follower.mustJoin(ctx)
+	if !follower.isLeader() || follower.generation <= gen || len(follower.join.GetMembers()) != 1 {
+		t.Fatalf("after the timeout: generation %d (was %d), leader %t, %d members; want the follower alone, leading a new generation",
+			follower.generation, gen, follower.isLeader(), len(follower.join.GetMembers()))
+	}
+	follower.mustSync(ctx)
+	if n := metricValue(t, c, "cohort_group_sync_expirations_total"); n != 1 {
+		t.Fatalf("sync_expirations_total %v, want 1 (the leader)", n)
+	}
+}
+
+// waitSyncParked polls the leader until n SyncGroup calls are parked.
+func waitSyncParked(t *testing.T, c *testcluster.Cluster, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for parkedCalls(t, c, "sync") < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d SyncGroup calls never parked", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// parkedCalls is cohort_group_parked_calls{kind} on the leader.
+func parkedCalls(t *testing.T, c *testcluster.Cluster, kind string) int {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Nodes[c.Leader()].Engine.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "cohort_group_parked_calls" && m.GetLabel()[0].GetValue() == kind {
+				return int(m.GetGauge().GetValue())
+			}
+		}
+	}
+	return 0
+}
+
+// metricValue is a counter of the leader's engine.
+func metricValue(t *testing.T, c *testcluster.Cluster, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Nodes[c.Leader()].Engine.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -19,6 +19,24 @@ type rebalanceTimer struct {
 	firing     bool      // a CompleteJoin is in flight
 }
 
+// syncTimer is the deadline of one group's CompletingRebalance: members
+// that have not synced by then are removed (Kafka's behaviour).
+type syncTimer struct {
+	generation int32
+	at         time.Time
+	firing     bool // a RemoveMembers is in flight
+	// plans is the leader's SyncGroup proposals in flight: the removal
+	// waits for them, and a plan is not proposed while a removal is in
+	// flight, so the two never race in the log.
+	plans int
+}
+
+// refusedPlan is the FSM's refusal of a leader's plan.
+type refusedPlan struct {
+	generation int32
+	err        string
+}
+
 // sessionDeadline is when m's session expires if nothing is heard from it
 // after now.
 func sessionDeadline(now time.Time, m *fsm.Member) time.Time {
@@ -88,10 +106,14 @@ func (e *Engine) tick(ctx context.Context, epoch uint64) {
 	e.prunePendingLocked(now)
 	expired := e.expiredSessionsLocked(now)
 	completions := e.dueCompletionsLocked(now)
+	unsynced := e.dueSyncsLocked(now)
 	e.mu.Unlock()
 
 	for _, x := range expired {
 		go e.expire(ctx, x.group, x.members)
+	}
+	for _, x := range unsynced {
+		go e.expireSync(ctx, x.group, x.generation, x.members)
 	}
 	for _, c := range completions {
 		go e.completeJoin(ctx, c.group, c.generation, c.initialDelay)
@@ -221,6 +243,77 @@ func (e *Engine) nobodyRejoinedLocked(id string) bool {
 		}
 	}
 	return true
+}
+
+// syncExpiry is one group's members that did not sync in time.
+type syncExpiry struct {
+	group      string
+	generation int32
+	members    []string // sorted
+}
+
+// dueSyncsLocked marks and returns the groups whose CompletingRebalance
+// outlived its rebalance timeout, with the members that have not synced:
+// the leader (the group would be Stable had its plan been applied) and
+// every member without a SyncGroup parked. Groups come sorted by ID.
+func (e *Engine) dueSyncsLocked(now time.Time) []syncExpiry {
+	var out []syncExpiry
+	for _, id := range slices.Sorted(maps.Keys(e.syncs)) {
+		t := e.syncs[id]
+		if t.firing || t.plans > 0 || !now.After(t.at) {
+			continue
+		}
+		g, ok := e.fsm.Group(id)
+		if !ok || g.State != fsm.CompletingRebalance || g.Generation != t.generation {
+			continue
+		}
+		var members []string
+		for _, m := range g.Members {
+			if m.ID == g.LeaderID || !e.hasWaiterLocked(id, m.ID) {
+				members = append(members, m.ID)
+			}
+		}
+		slices.Sort(members)
+		t.firing = true
+		out = append(out, syncExpiry{group: id, generation: t.generation, members: members})
+	}
+	return out
+}
+
+// expireSync removes the members of a group that did not sync within the
+// rebalance timeout; the group rebalances without them.
+func (e *Engine) expireSync(ctx context.Context, group string, generation int32, members []string) {
+	cmd := &fsmv1.RemoveMembers{GroupId: group, Reason: fsmv1.RemoveReason_REMOVE_REASON_SYNC_TIMEOUT}
+	for _, m := range members {
+		cmd.Members = append(cmd.Members, &fsmv1.MemberRef{MemberId: m})
+	}
+	e.mu.Lock()
+	refusal := e.refusedPlans[group]
+	e.mu.Unlock()
+	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
+	defer cancel()
+	_, err := e.propose(actx, &fsmv1.Command{Kind: &fsmv1.Command_RemoveMembers{RemoveMembers: cmd}})
+	e.mu.Lock()
+	if t := e.syncs[group]; t != nil && t.generation == generation {
+		t.firing = false
+	}
+	e.mu.Unlock()
+	if err != nil {
+		e.log.Warn("removal of members that did not sync not applied", "group", group, "generation", generation, "members", members, "err", err)
+		return
+	}
+	e.m.syncExpirations.Add(float64(len(members)))
+	e.log.Warn("members removed: they did not sync within the rebalance timeout", "group", group, "generation", generation,
+		"members", members, "refused_plan", refusal.err)
+}
+
+// noteRefusedPlan records why the FSM refused a leader's plan.
+func (e *Engine) noteRefusedPlan(group string, generation int32, leader string, err error) {
+	e.m.refusedPlans.Inc()
+	e.mu.Lock()
+	e.refusedPlans[group] = refusedPlan{generation: generation, err: err.Error()}
+	e.mu.Unlock()
+	e.log.Warn("group leader's assignment refused", "group", group, "generation", generation, "leader", leader, "err", err)
 }
 
 // expire proposes the removal of members whose sessions passed.

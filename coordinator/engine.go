@@ -60,8 +60,14 @@ type Engine struct {
 	// pendingPerGroup counts pending's keys by group.
 	pendingPerGroup map[string]int
 	rebalances      map[string]*rebalanceTimer
-	waiters         map[string][]*waiter
-	expiring        map[memberKey]bool
+	// syncs are the deadlines of groups in CompletingRebalance: a
+	// rebalance timeout for the members to sync (syncTimer).
+	syncs map[string]*syncTimer
+	// refusedPlans is why the leader's last plan of a group's current
+	// generation was refused, for DescribeGroups and the logs.
+	refusedPlans map[string]refusedPlan
+	waiters      map[string][]*waiter
+	expiring     map[memberKey]bool
 
 	reads   readBarrier
 	commits *committer
@@ -91,6 +97,8 @@ func (e *Engine) resetLocked() {
 	e.pending = map[memberKey]time.Time{}
 	e.pendingPerGroup = map[string]int{}
 	e.rebalances = map[string]*rebalanceTimer{}
+	e.syncs = map[string]*syncTimer{}
+	e.refusedPlans = map[string]refusedPlan{}
 	e.waiters = map[string][]*waiter{}
 	e.expiring = map[memberKey]bool{}
 }

@@ -196,11 +196,19 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 		for _, a := range r.GetAssignments() {
 			cmd.Assignments = append(cmd.Assignments, &fsmv1.MemberAssignment{MemberId: a.GetMemberId(), Assignment: assignmentToFSM(a.GetAssignment())})
 		}
+		done, err := e.startPlan(g.ID, r.GetGeneration())
+		if err != nil {
+			return nil, err
+		}
 		res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_SyncAssignment{SyncAssignment: cmd}})
+		done()
 		if err != nil {
 			return nil, err
 		}
 		if res.Err != nil {
+			if errcode.Of(res.Err) == errcode.InvalidAssignment {
+				e.noteRefusedPlan(g.ID, r.GetGeneration(), r.GetMemberId(), res.Err)
+			}
 			return nil, res.Err
 		}
 		g = res.Group
@@ -217,6 +225,27 @@ func (e *Engine) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) (*
 	e.touchSessionLocked(g.ID, m.ID, e.cfg.Now())
 	e.mu.Unlock()
 	return &cohortv1.SyncGroupResponse{Assignment: assignmentToAPI(m.Assignment), Protocol: g.Protocol}, nil
+}
+
+// startPlan registers a leader's plan about to be proposed for group's
+// generation, unless the members that did not sync are being removed (the
+// rebalance timed out): then the leader must join again.
+func (e *Engine) startPlan(group string, generation int32) (done func(), err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.syncs[group]
+	if t == nil || t.generation != generation {
+		return func() {}, nil
+	}
+	if t.firing {
+		return nil, errcode.Errorf(errcode.RebalanceInProgress, "group %q: generation %d's rebalance timeout passed before a valid plan arrived; its members that did not sync are being removed: join again", group, generation)
+	}
+	t.plans++
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		t.plans--
+	}, nil
 }
 
 // checkMember applies the common fencing of member RPCs against the FSM's

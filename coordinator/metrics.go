@@ -14,6 +14,8 @@ type metrics struct {
 	joinLatency      prometheus.Histogram
 	fencedCommits    *prometheus.CounterVec
 	parked           *prometheus.GaugeVec
+	syncExpirations  prometheus.Counter
+	refusedPlans     prometheus.Counter
 	commitBatch      prometheus.Histogram
 	refusedBeforeLog prometheus.Counter
 }
@@ -46,6 +48,14 @@ func newMetrics() *metrics {
 			Namespace: "cohort", Subsystem: "group", Name: "fenced_commits_total",
 			Help: "Offset commits (or partitions of one) refused, by reason.",
 		}, []string{"reason"}),
+		syncExpirations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cohort", Subsystem: "group", Name: "sync_expirations_total",
+			Help: "Members removed because they had not synced when their group's rebalance timeout passed in CompletingRebalance.",
+		}),
+		refusedPlans: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cohort", Subsystem: "group", Name: "assignments_refused_total",
+			Help: "Group leaders' plans (SyncGroup) the FSM refused as INVALID_ASSIGNMENT.",
+		}),
 		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "cohort", Subsystem: "group", Name: "parked_calls",
 			Help: "JoinGroup and SyncGroup calls waiting at a barrier.",
@@ -101,6 +111,6 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 // Collectors returns the engine's metrics for registration.
 func (e *Engine) Collectors() []prometheus.Collector {
 	m := e.m
-	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.commitBatch,
+	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.syncExpirations, m.refusedPlans, m.commitBatch,
 		m.refusedBeforeLog, newBudgetCollector(e)}
 }

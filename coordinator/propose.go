@@ -141,5 +141,15 @@ func (e *Engine) reconcileLocked(id string, g *fsm.Group, now time.Time, fresh b
 	} else {
 		delete(e.rebalances, id)
 	}
+	if g != nil && g.State == fsm.CompletingRebalance {
+		if t := e.syncs[id]; t == nil || t.generation != g.Generation || fresh {
+			e.syncs[id] = &syncTimer{generation: g.Generation, at: now.Add(time.Duration(g.RebalanceTimeoutMs()) * time.Millisecond)}
+		}
+	} else {
+		delete(e.syncs, id)
+	}
+	if r, ok := e.refusedPlans[id]; ok && (g == nil || g.Generation != r.generation || g.State != fsm.CompletingRebalance) {
+		delete(e.refusedPlans, id)
+	}
 	e.answerLocked(id, g, now)
 }

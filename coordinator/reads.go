@@ -255,6 +255,11 @@ func (e *Engine) DescribeGroups(ctx context.Context, r *cohortv1.DescribeGroupsR
 			break
 		}
 		d := describeGroup(e.fsm, id)
+		e.mu.Lock()
+		if r, ok := e.refusedPlans[id]; ok && r.generation == d.GetGeneration() {
+			d.AssignmentError = r.err
+		}
+		e.mu.Unlock()
 		resp.Groups = append(resp.Groups, d)
 		pg.add(d)
 	}

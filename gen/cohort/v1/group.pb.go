@@ -1767,10 +1767,14 @@ type GroupDescription struct {
 	Protocol     string `protobuf:"bytes,4,opt,name=protocol" json:"protocol,omitempty"`
 	Generation   int32  `protobuf:"varint,5,opt,name=generation" json:"generation,omitempty"`
 	// The group leader's member ID: empty unless the caller is an admin.
-	LeaderId      string                    `protobuf:"bytes,6,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
-	Members       []*GroupMemberDescription `protobuf:"bytes,7,rep,name=members" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaderId string                    `protobuf:"bytes,6,opt,name=leader_id,json=leaderId" json:"leader_id,omitempty"`
+	Members  []*GroupMemberDescription `protobuf:"bytes,7,rep,name=members" json:"members,omitempty"`
+	// Why the leader's last plan for this generation was refused
+	// (INVALID_ASSIGNMENT and its reason), while the group waits for a valid
+	// one; empty otherwise. Known to the leader only: empty on a stale read.
+	AssignmentError string `protobuf:"bytes,8,opt,name=assignment_error,json=assignmentError" json:"assignment_error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GroupDescription) Reset() {
@@ -1850,6 +1854,13 @@ func (x *GroupDescription) GetMembers() []*GroupMemberDescription {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *GroupDescription) GetAssignmentError() string {
+	if x != nil {
+		return x.AssignmentError
+	}
+	return ""
 }
 
 type DescribeGroupsResponse struct {
@@ -2792,7 +2803,7 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x06topics\x18\x05 \x03(\tR\x06topics\x125\n" +
 	"\n" +
 	"assignment\x18\x06 \x01(\v2\x15.cohort.v1.AssignmentR\n" +
-	"assignment\"\xfe\x01\n" +
+	"assignment\"\xa9\x02\n" +
 	"\x10GroupDescription\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
@@ -2802,7 +2813,8 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"generation\x18\x05 \x01(\x05R\n" +
 	"generation\x12\x1b\n" +
 	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12;\n" +
-	"\amembers\x18\a \x03(\v2!.cohort.v1.GroupMemberDescriptionR\amembers\"u\n" +
+	"\amembers\x18\a \x03(\v2!.cohort.v1.GroupMemberDescriptionR\amembers\x12)\n" +
+	"\x10assignment_error\x18\b \x01(\tR\x0fassignmentError\"u\n" +
 	"\x16DescribeGroupsResponse\x123\n" +
 	"\x06groups\x18\x01 \x03(\v2\x1b.cohort.v1.GroupDescriptionR\x06groups\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x88\x01\n" +

@@ -32,6 +32,9 @@ const (
 	RemoveReason_REMOVE_REASON_UNSPECIFIED     RemoveReason = 0
 	RemoveReason_REMOVE_REASON_LEAVE           RemoveReason = 1
 	RemoveReason_REMOVE_REASON_SESSION_EXPIRED RemoveReason = 2
+	// The group's rebalance timeout passed in CompletingRebalance and these
+	// members had not synced (the leader's plan never arrived or was refused).
+	RemoveReason_REMOVE_REASON_SYNC_TIMEOUT RemoveReason = 3
 )
 
 // Enum value maps for RemoveReason.
@@ -40,11 +43,13 @@ var (
 		0: "REMOVE_REASON_UNSPECIFIED",
 		1: "REMOVE_REASON_LEAVE",
 		2: "REMOVE_REASON_SESSION_EXPIRED",
+		3: "REMOVE_REASON_SYNC_TIMEOUT",
 	}
 	RemoveReason_value = map[string]int32{
 		"REMOVE_REASON_UNSPECIFIED":     0,
 		"REMOVE_REASON_LEAVE":           1,
 		"REMOVE_REASON_SESSION_EXPIRED": 2,
+		"REMOVE_REASON_SYNC_TIMEOUT":    3,
 	}
 )
 
@@ -2567,11 +2572,12 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06topics\x18\x02 \x01(\x04R\x06topics\x12\x16\n" +
 	"\x06groups\x18\x03 \x01(\x04R\x06groups\x12\x18\n" +
 	"\aoffsets\x18\x04 \x01(\x04R\aoffsets\x12\x16\n" +
-	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c*i\n" +
+	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c*\x89\x01\n" +
 	"\fRemoveReason\x12\x1d\n" +
 	"\x19REMOVE_REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REMOVE_REASON_LEAVE\x10\x01\x12!\n" +
-	"\x1dREMOVE_REASON_SESSION_EXPIRED\x10\x02*\xb9\x01\n" +
+	"\x1dREMOVE_REASON_SESSION_EXPIRED\x10\x02\x12\x1e\n" +
+	"\x1aREMOVE_REASON_SYNC_TIMEOUT\x10\x03*\xb9\x01\n" +
 	"\n" +
 	"GroupState\x12\x1b\n" +
 	"\x17GROUP_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
