@@ -2,14 +2,17 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 // localRaft applies every command at once to one FSM, as a one-node
@@ -159,4 +162,69 @@ type stampingRaft struct{ localRaft }
 func (s *stampingRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
 	cmd.TimestampMs = time.Now().UnixMilli()
 	return s.localRaft.Apply(ctx, cmd)
+}
+
+// lostAnswerRaft applies every command, and for a JoinMember then answers
+// as if the proposer's context had ended during commit.
+type lostAnswerRaft struct{ localRaft }
+
+func (l *lostAnswerRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
+	res, err := l.localRaft.Apply(ctx, cmd)
+	if _, join := cmd.GetKind().(*fsmv1.Command_JoinMember); join {
+		return nil, fmt.Errorf("%w: the caller's context ended during commit", ErrOutcomeUnknown)
+	}
+	return res, err
+}
+
+// Test_EntryWhoseProposerLeft_StillSetsDeadlines: a JoinMember that was
+// applied although its proposer never saw the result (its context ended
+// during commit) still gives the new member a session and its group the
+// deadline of its next phase: the engine follows the applied entries, not
+// the proposers' returns (issue 13, finding 4). Before, such a member had
+// no session and its group no timer until the next leader change.
+func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
+	f := fsm.New()
+	lr := &lostAnswerRaft{localRaft{fsm: f}}
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.InitialRebalanceDelay = 0
+	e, err := New(cfg, lr, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan bool, 1)
+	leading <- true
+	done := make(chan struct{})
+	go func() { e.Run(ctx, leading); close(done) }()
+	defer func() { cancel(); <-done }()
+	if err := e.awaitServing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: "g", InstanceId: "i-1", ProtocolType: "consumer",
+		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000}, "127.0.0.1:1")
+	if errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("join: %v, want NOT_LEADER (outcome unknown)", err)
+	}
+	g, ok := f.Group("g")
+	if !ok || len(g.Members) != 1 || g.State != fsm.CompletingRebalance {
+		t.Fatalf("the entry was applied: group %+v", g)
+	}
+	member := g.Members[0].ID
+	// Within half a second: before the first retention sweep (1 s after
+	// leadership), which reconciles every group and would hide the bug.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		e.mu.Lock()
+		_, session := e.sessions[memberKey{"g", member}]
+		_, sync := e.syncs["g"]
+		e.mu.Unlock()
+		if session && sync {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("half a second after the applied join: session %t, sync deadline %t; want both", session, sync)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -71,6 +71,7 @@ type Engine struct {
 
 	reads   readBarrier
 	commits *committer
+	applied *appliedQueue
 }
 
 // New creates an engine for the node's Raft and FSM.
@@ -88,6 +89,8 @@ func New(cfg Config, r Raft, f *fsm.FSM) (*Engine, error) {
 	}
 	e.reads.raft = r
 	e.commits = &committer{e: e, queue: make(chan *commitRequest, 4*maxCommitBatch)}
+	e.applied = newAppliedQueue()
+	f.Observe(e.applied.push)
 	e.resetLocked()
 	return e, nil
 }
@@ -109,6 +112,9 @@ func (e *Engine) resetLocked() {
 // leader, false when it stopped; the first value is the leadership at the
 // time Run starts.
 func (e *Engine) Run(ctx context.Context, leading <-chan bool) {
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	go e.followApplied(followCtx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -216,6 +222,13 @@ func (e *Engine) stepDown(why string) {
 	e.serving = false
 	e.ready = make(chan struct{})
 	e.resetLocked()
+}
+
+// isServing reports whether the engine serves as leader now.
+func (e *Engine) isServing() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.serving
 }
 
 func (e *Engine) inEpoch(epoch uint64) bool {

@@ -12,7 +12,10 @@ import (
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
-// propose applies a command through Raft and lets the engine see its result.
+// propose applies a command through Raft. The engine sees its result, as
+// every applied entry's, through followApplied; propose returns once it
+// has (commits aside, which change no deadline), so the caller acts on an
+// engine that is in line with the entry.
 func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
 	res, err := e.raft.Apply(ctx, cmd)
 	if err != nil {
@@ -24,7 +27,13 @@ func (e *Engine) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyRes
 		}
 		return nil, err
 	}
-	e.observe(res, cmd)
+	switch cmd.GetKind().(type) {
+	case *fsmv1.Command_CommitOffsets, *fsmv1.Command_Batch:
+	default:
+		if e.isServing() {
+			e.applied.awaitObserved(ctx, res.Index)
+		}
+	}
 	return res, nil
 }
 
@@ -39,7 +48,8 @@ func (e *Engine) proposeAdmitted(ctx context.Context, cmd *fsmv1.Command) (*fsm.
 	return e.propose(ctx, cmd)
 }
 
-// observe brings the leader-local state in line with the FSM after an apply.
+// observe brings the leader-local state in line with the FSM after an
+// apply (followApplied calls it for every applied entry, in log order).
 func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 	e.logServerAssignment(res)
 	if res.JoinCompleted && res.Group != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cohortlabs/cohort/errcode"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
@@ -17,6 +18,17 @@ type FSM struct {
 	mu      sync.RWMutex
 	state   *State
 	applied uint64
+	// observer, when set, is told of every applied command (Observe).
+	observer atomic.Pointer[func(*fsmv1.Command, *ApplyResult)]
+}
+
+// Observe has fn told of every command applied from now on, with its
+// result, in log order, after the apply and outside the FSM's lock (fn may
+// read the FSM). It runs on the applying goroutine (Raft's), so it must
+// not block. The leader's engine follows the applied entries this way,
+// whoever proposed them and whether or not the proposer saw the result.
+func (f *FSM) Observe(fn func(cmd *fsmv1.Command, res *ApplyResult)) {
+	f.observer.Store(&fn)
 }
 
 // New returns an empty FSM.
@@ -103,10 +115,13 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) *ApplyResult {
 // Apply applies one decoded command as the log entry at index.
 func (f *FSM) Apply(index uint64, cmd *fsmv1.Command) *ApplyResult {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	res := f.state.apply(cmd)
 	res.Index = index
 	f.applied = index
+	f.mu.Unlock()
+	if o := f.observer.Load(); o != nil {
+		(*o)(cmd, res)
+	}
 	return res
 }
 
