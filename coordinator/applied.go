@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
@@ -31,6 +32,9 @@ type appliedQueue struct {
 	wake     chan struct{}
 	observed uint64        // index of the last entry followApplied finished
 	progress chan struct{} // closed (and replaced) when observed moves
+	// following: followApplied runs; without it entries are not kept (an
+	// engine that never ran must not collect every entry in memory).
+	following atomic.Bool
 }
 
 func newAppliedQueue() *appliedQueue {
@@ -67,7 +71,7 @@ func (q *appliedQueue) awaitObserved(ctx context.Context, index uint64) {
 
 // push is the FSM's observer: it never blocks.
 func (q *appliedQueue) push(cmd *fsmv1.Command, res *fsm.ApplyResult) {
-	if _, ok := cmd.GetKind().(*fsmv1.Command_CommitOffsets); ok {
+	if _, ok := cmd.GetKind().(*fsmv1.Command_CommitOffsets); ok || !q.following.Load() {
 		return // commits change no member, state or deadline
 	}
 	q.mu.Lock()
@@ -88,7 +92,9 @@ func (q *appliedQueue) take() []appliedEntry {
 	return out
 }
 
-// followApplied observes every applied entry until ctx ends. While this
+// followApplied observes every applied entry until ctx ends. Run sets
+// following before it starts it, so no entry applied after Run began is
+// dropped. While this
 // node does not serve as leader the entries are dropped: a new leader
 // rebuilds from the FSM when it starts serving.
 func (e *Engine) followApplied(ctx context.Context) {

@@ -211,9 +211,9 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 		t.Fatalf("the entry was applied: group %+v", g)
 	}
 	member := g.Members[0].ID
-	// Within half a second: before the first retention sweep (1 s after
+	// Within 0.9 s: before the first retention sweep (1 s after
 	// leadership), which reconciles every group and would hide the bug.
-	deadline := time.Now().Add(500 * time.Millisecond)
+	deadline := time.Now().Add(900 * time.Millisecond)
 	for {
 		e.mu.Lock()
 		_, session := e.sessions[memberKey{"g", member}]
@@ -223,7 +223,7 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("half a second after the applied join: session %t, sync deadline %t; want both", session, sync)
+			t.Fatalf("0.9 s after the applied join: session %t, sync deadline %t; want both", session, sync)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

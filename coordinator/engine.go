@@ -114,6 +114,8 @@ func (e *Engine) resetLocked() {
 func (e *Engine) Run(ctx context.Context, leading <-chan bool) {
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
+	e.applied.following.Store(true)
+	defer e.applied.following.Store(false)
 	go e.followApplied(followCtx)
 	for {
 		select {
