@@ -260,16 +260,33 @@ func TestProcess_Authz_NodeCannotRegisterAnotherNode(t *testing.T) {
 	before := describe(st)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n3 := cohortv1.NewClusterServiceClient(c.conn(leaderAddr, "n3"))
-	_, err := n3.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: "n2", GrpcAddress: "127.0.0.1:1", RaftAddress: "127.0.0.1:2"})
-	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `not on node "n2"`) {
-		t.Fatalf("n3 registering n2: %v, want PermissionDenied naming n2", err)
+	// victim and other are the two followers: a registration for the
+	// leader itself is refused by another rule (the leader knows its own
+	// addresses), tested below too.
+	var followers []string
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if id != st.GetLeaderId() {
+			followers = append(followers, id)
+		}
 	}
-	// n2's own certificate, moving itself to addresses where n2 is not.
-	n2 := cohortv1.NewClusterServiceClient(c.conn(leaderAddr, "n2"))
-	_, err = n2.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: "n2", GrpcAddress: c.nodes["n3"].grpcAddr, RaftAddress: "127.0.0.1:2"})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `answers as node "n3"`) {
-		t.Fatalf("n2 registering n3's address: %v, want InvalidArgument saying who answers", err)
+	victim, other := followers[0], followers[1]
+	otherClient := cohortv1.NewClusterServiceClient(c.conn(leaderAddr, other))
+	_, err := otherClient.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: victim, GrpcAddress: "127.0.0.1:1", RaftAddress: "127.0.0.1:2"})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), fmt.Sprintf("not on node %q", victim)) {
+		t.Fatalf("%s registering %s: %v, want PermissionDenied naming %s", other, victim, err, victim)
+	}
+	// The victim's own certificate, moving itself to addresses where it is not.
+	victimClient := cohortv1.NewClusterServiceClient(c.conn(leaderAddr, victim))
+	_, err = victimClient.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: victim, GrpcAddress: c.nodes[other].grpcAddr, RaftAddress: "127.0.0.1:2"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), fmt.Sprintf("answers as node %q", other)) {
+		t.Fatalf("%s registering %s's address: %v, want InvalidArgument saying who answers", victim, other, err)
+	}
+	// The leader's own certificate, moving the leader: refused by the
+	// leader, which knows where it is.
+	leaderClient := cohortv1.NewClusterServiceClient(c.conn(leaderAddr, st.GetLeaderId()))
+	_, err = leaderClient.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: st.GetLeaderId(), GrpcAddress: c.nodes[other].grpcAddr, RaftAddress: "127.0.0.1:2"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is this node") {
+		t.Fatalf("the leader registering itself elsewhere: %v, want InvalidArgument", err)
 	}
 	// A client certificate may not register at all.
 	cl := cohortv1.NewClusterServiceClient(c.conn(leaderAddr, "client"))
