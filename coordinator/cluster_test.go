@@ -590,7 +590,7 @@ func TestParkedMember_CutCall_KeepsItsSession(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
 	a.sessionMs, a.rebalMs = 30000, 30000
-	b.sessionMs, b.rebalMs = 300, 30000
+	b.sessionMs, b.rebalMs = 1000, 30000
 	rebalance(t, ctx, a, b)
 
 	// A new member starts a rebalance that a, silent, holds open.

@@ -109,7 +109,7 @@ func TestProcess_ParkedJoinCut_MemberKeepsItsID(t *testing.T) {
 		return m
 	}
 	aNet, bNet, cNet := &cuttableDialer{}, &cuttableDialer{}, &cuttableDialer{}
-	a := member("a", time.Second, aNet)
+	a := member("a", 2*time.Second, aNet)
 	b := member("b", 10*time.Second, bNet)
 	proc.WaitFor(t, 30*time.Second, "a and b hold two partitions each", func() (bool, string) {
 		return len(a.Assignment()) == 2 && len(b.Assignment()) == 2, fmt.Sprint(a.Assignment(), b.Assignment())
@@ -125,7 +125,7 @@ func TestProcess_ParkedJoinCut_MemberKeepsItsID(t *testing.T) {
 		n, err := parkedJoins(leaderHTTP)
 		return err == nil && n >= 2, fmt.Sprint(n, err)
 	})
-	time.Sleep(2 * time.Second) // twice a's session timeout, parked
+	time.Sleep(4 * time.Second) // twice a's session timeout, parked
 	aNet.cut(false)
 	time.Sleep(500 * time.Millisecond) // a's client retries (backoff at most 200 ms)
 	bNet.unblock()
