@@ -564,6 +564,10 @@ func (n *Node) kill() error {
 	return n.shutdownErr
 }
 
+// inboundDrainTimeout bounds the wait for raft's connection handlers at
+// shutdown.
+const inboundDrainTimeout = 5 * time.Second
+
 func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 	n.stopBG()
 	var errs []error
@@ -584,6 +588,10 @@ func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 	n.bgWG.Wait()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close raft transport: %w", err))
+	}
+	// No RPC handler may touch the store once it is closed.
+	if err := n.stream.drainInbound(inboundDrainTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if err := n.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close raft log store: %w", err))

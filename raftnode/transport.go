@@ -61,6 +61,10 @@ type streamLayer struct {
 	handshakeTimeout time.Duration
 	serverTLS        *tls.Config
 	config           atomic.Pointer[configSource]
+	// inboundConns are the connections raft has not closed yet.
+	inboundMu    sync.Mutex
+	inboundConns map[*inboundConn]struct{}
+
 	// permissive (Config.TLSPermissive): plaintext accepted inbound and
 	// dialled when a TLS handshake fails.
 	permissive bool
@@ -186,7 +190,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 		if !s.admit(c) {
 			continue
 		}
-		return &inboundConn{Conn: c, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed}, nil
+		return s.inbound(c), nil
 	}
 }
 
@@ -251,7 +255,7 @@ func (s *streamLayer) handshake(raw net.Conn) {
 			err = raw.SetDeadline(time.Time{})
 		}
 		if err == nil && plain {
-			s.deliver(&inboundConn{Conn: raw, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed})
+			s.deliver(s.inbound(raw))
 			return
 		}
 	}
@@ -275,7 +279,7 @@ func (s *streamLayer) handshake(raw net.Conn) {
 		s.open.Add(-1)
 		return
 	}
-	s.deliver(&inboundConn{Conn: tc, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed})
+	s.deliver(s.inbound(tc))
 }
 
 // deliver hands an admitted connection to Accept.
@@ -461,6 +465,53 @@ func (s *streamLayer) RefusedHandshakes() uint64 { return s.refusedHandshakes.Lo
 // IdleClosedConns is the number of inbound connections that timed out idle.
 func (s *streamLayer) IdleClosedConns() uint64 { return s.idleClosed.Load() }
 
+// inbound wraps an admitted connection and keeps track of it until raft
+// closes it (drainInbound).
+func (s *streamLayer) inbound(c net.Conn) *inboundConn {
+	ic := &inboundConn{Conn: c, idle: s.idleTimeout, open: &s.open, idleClosed: &s.idleClosed, layer: s}
+	s.inboundMu.Lock()
+	if s.inboundConns == nil {
+		s.inboundConns = map[*inboundConn]struct{}{}
+	}
+	s.inboundConns[ic] = struct{}{}
+	s.inboundMu.Unlock()
+	return ic
+}
+
+// drainInbound cuts every inbound connection's socket and waits, at most
+// timeout, until raft has closed each: raft closes a connection only once
+// its handler returned, so after this no RPC handler of this node is still
+// running. hashicorp/raft answers heartbeats on the transport's goroutine,
+// outside its own shutdown; a heartbeat handled after the log store was
+// closed panics ("failed to save current term: database not open").
+func (s *streamLayer) drainInbound(timeout time.Duration) error {
+	s.inboundMu.Lock()
+	conns := make([]*inboundConn, 0, len(s.inboundConns))
+	for c := range s.inboundConns {
+		conns = append(conns, c)
+	}
+	s.inboundMu.Unlock()
+	for _, c := range conns {
+		// The socket only (raft's handler closes the wrapper), without
+		// waiting on a peer that does not read (TLS writes an alert).
+		_ = c.Conn.SetDeadline(time.Now())
+		_ = c.Conn.Close()
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		s.inboundMu.Lock()
+		left := len(s.inboundConns)
+		s.inboundMu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d inbound raft connections still handled %s after their sockets were closed", left, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // inboundConn closes itself after idle without a byte from the peer and
 // gives its slot back when closed.
 type inboundConn struct {
@@ -469,6 +520,7 @@ type inboundConn struct {
 	open       *atomic.Int64
 	idleClosed *atomic.Uint64
 	closed     sync.Once
+	layer      *streamLayer
 }
 
 // Read fails with os.ErrDeadlineExceeded once the peer was silent for the
@@ -488,7 +540,14 @@ func (c *inboundConn) Read(p []byte) (int, error) {
 // connections; the idle deadline set on every Read would override them.
 func (c *inboundConn) Close() error {
 	err := c.Conn.Close()
-	c.closed.Do(func() { c.open.Add(-1) })
+	c.closed.Do(func() {
+		c.open.Add(-1)
+		if l := c.layer; l != nil {
+			l.inboundMu.Lock()
+			delete(l.inboundConns, c)
+			l.inboundMu.Unlock()
+		}
+	})
 	return err
 }
 
