@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -735,17 +736,9 @@ func waitSyncParked(t *testing.T, c *testcluster.Cluster, n int) {
 // parkedCalls is cohort_group_parked_calls{kind} on the leader.
 func parkedCalls(t *testing.T, c *testcluster.Cluster, kind string) int {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c.Nodes[c.Leader()].Engine.Collectors()...)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "cohort_group_parked_calls" && m.GetLabel()[0].GetValue() == kind {
-				return int(m.GetGauge().GetValue())
-			}
+	for _, m := range leaderMetric(t, c, "cohort_group_parked_calls") {
+		if m.GetLabel()[0].GetValue() == kind {
+			return int(m.GetGauge().GetValue())
 		}
 	}
 	return 0
@@ -753,6 +746,15 @@ func parkedCalls(t *testing.T, c *testcluster.Cluster, kind string) int {
 
 // metricValue is a counter of the leader's engine.
 func metricValue(t *testing.T, c *testcluster.Cluster, name string) float64 {
+	t.Helper()
+	if ms := leaderMetric(t, c, name); len(ms) > 0 {
+		return ms[0].GetCounter().GetValue()
+	}
+	return 0
+}
+
+// leaderMetric gathers one metric family of the leader's engine.
+func leaderMetric(t *testing.T, c *testcluster.Cluster, name string) []*dto.Metric {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c.Nodes[c.Leader()].Engine.Collectors()...)
@@ -762,8 +764,8 @@ func metricValue(t *testing.T, c *testcluster.Cluster, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			return mf.GetMetric()
 		}
 	}
-	return 0
+	return nil
 }

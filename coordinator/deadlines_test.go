@@ -47,8 +47,15 @@ func servingEngine(t *testing.T, tick time.Duration) (*Engine, *localRaft) {
 	lr := &localRaft{fsm: f}
 	cfg := DefaultConfig()
 	cfg.Tick = tick
+	return runEngine(t, cfg, lr, f), lr
+}
+
+// runEngine starts an engine over r and f that leads until the test ends,
+// and waits until it serves.
+func runEngine(t *testing.T, cfg Config, r Raft, f *fsm.FSM) *Engine {
+	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	e, err := New(cfg, lr, f)
+	e, err := New(cfg, r, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,19 +65,12 @@ func servingEngine(t *testing.T, tick time.Duration) (*Engine, *localRaft) {
 	done := make(chan struct{})
 	go func() { e.Run(ctx, leading); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		e.mu.Lock()
-		serving := e.serving
-		e.mu.Unlock()
-		if serving {
-			return e, lr
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine did not start serving")
-		}
-		time.Sleep(5 * time.Millisecond)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := e.awaitServing(wctx); err != nil {
+		t.Fatalf("the engine did not start serving: %v", err)
 	}
+	return e
 }
 
 // Test_SessionOfAGoneMember_IsExpiredOnce: a session the engine holds for
@@ -132,21 +132,10 @@ func Test_RetentionSweep_RunsSoonAfterLeadershipIsGained(t *testing.T) {
 	if f.Stats().Offsets != 1 {
 		t.Fatalf("setup: %+v", f.Stats())
 	}
-	lr := &stampingRaft{localRaft: localRaft{fsm: f, index: 2}}
 	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.OffsetsRetention = time.Minute
 	cfg.OffsetsRetentionCheckInterval = time.Hour
-	e, err := New(cfg, lr, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	leading := make(chan bool, 1)
-	leading <- true
-	done := make(chan struct{})
-	go func() { e.Run(ctx, leading); close(done) }()
-	defer func() { cancel(); <-done }()
+	runEngine(t, cfg, &stampingRaft{localRaft: localRaft{fsm: f, index: 2}}, f)
 	deadline := time.Now().Add(10 * time.Second)
 	for f.Stats().Offsets != 0 {
 		if time.Now().After(deadline) {
@@ -184,24 +173,11 @@ func (l *lostAnswerRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Ap
 // no session and its group no timer until the next leader change.
 func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 	f := fsm.New()
-	lr := &lostAnswerRaft{localRaft{fsm: f}}
 	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.InitialRebalanceDelay = 0
-	e, err := New(cfg, lr, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	leading := make(chan bool, 1)
-	leading <- true
-	done := make(chan struct{})
-	go func() { e.Run(ctx, leading); close(done) }()
-	defer func() { cancel(); <-done }()
-	if err := e.awaitServing(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, err = e.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: "g", InstanceId: "i-1", ProtocolType: "consumer",
+	e := runEngine(t, cfg, &lostAnswerRaft{localRaft{fsm: f}}, f)
+	ctx := context.Background()
+	_, err := e.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: "g", InstanceId: "i-1", ProtocolType: "consumer",
 		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000}, "127.0.0.1:1")
 	if errcode.Of(err) != errcode.NotLeader {
 		t.Fatalf("join: %v, want NOT_LEADER (outcome unknown)", err)
