@@ -36,6 +36,7 @@ func (l *localRaft) Apply(_ context.Context, cmd *fsmv1.Command) (*fsm.ApplyResu
 func (l *localRaft) Barrier(context.Context) error      { return nil }
 func (l *localRaft) VerifyLeader(context.Context) error { return nil }
 func (l *localRaft) IsLeader() bool                     { return true }
+func (l *localRaft) Term() uint64                       { return 1 }
 func (l *localRaft) CommitIndex() uint64                { l.mu.Lock(); defer l.mu.Unlock(); return l.index }
 func (l *localRaft) AppliedIndex() uint64               { return l.CommitIndex() }
 

@@ -22,6 +22,8 @@ type Raft interface {
 	Barrier(ctx context.Context) error
 	VerifyLeader(ctx context.Context) error
 	IsLeader() bool
+	// Term is the node's current Raft term.
+	Term() uint64
 	CommitIndex() uint64
 	AppliedIndex() uint64
 }
@@ -54,6 +56,10 @@ type Engine struct {
 	epoch   uint64
 	serving bool
 	ready   chan struct{} // closed once serving in the current epoch
+	// term is the Raft term the engine serves in: the leadership barrier
+	// committed an entry of it. Reads are served only while the node's
+	// term is still this one (readBarrier).
+	term uint64
 	// Leader-local state, rebuilt from the FSM on every leadership gain.
 	sessions map[memberKey]time.Time
 	pending  map[memberKey]time.Time
@@ -144,15 +150,20 @@ func (e *Engine) stepUp(ctx context.Context) {
 	e.mu.Unlock()
 	go func() {
 		start := e.cfg.Now()
+		var term uint64
 		for {
+			term = e.raft.Term()
 			bctx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
 			err := e.raft.Barrier(bctx)
 			cancel()
-			if err == nil {
-				break
+			if err == nil && e.raft.Term() == term {
+				break // an entry of this term is committed and applied
 			}
 			if ctx.Err() != nil || !e.inEpoch(epoch) || !e.raft.IsLeader() {
 				return
+			}
+			if err == nil {
+				err = fmt.Errorf("the term moved from %d to %d", term, e.raft.Term())
 			}
 			e.log.Warn("leadership barrier failed; retrying", "err", err)
 		}
@@ -171,7 +182,7 @@ func (e *Engine) stepUp(ctx context.Context) {
 		for _, g := range groups {
 			e.reconcileLocked(g.ID, g, now, true)
 		}
-		e.serving = true
+		e.serving, e.term = true, term
 		close(e.ready)
 		e.mu.Unlock()
 		e.log.Info("coordinator serving", "groups", len(groups), "barrier", e.cfg.Now().Sub(start))
@@ -241,20 +252,27 @@ func (e *Engine) inEpoch(epoch uint64) bool {
 
 // awaitServing waits until the engine serves, or says why it cannot.
 func (e *Engine) awaitServing(ctx context.Context) error {
+	_, err := e.awaitServingTerm(ctx)
+	return err
+}
+
+// awaitServingTerm waits until the engine serves and returns the term it
+// serves in.
+func (e *Engine) awaitServingTerm(ctx context.Context) (uint64, error) {
 	for {
 		e.mu.Lock()
-		serving, ready := e.serving, e.ready
+		serving, ready, term := e.serving, e.ready, e.term
 		e.mu.Unlock()
 		if serving {
-			return nil
+			return term, nil
 		}
 		if !e.raft.IsLeader() {
-			return errcode.Errorf(errcode.NotLeader, "this node is not the raft leader")
+			return 0, errcode.Errorf(errcode.NotLeader, "this node is not the raft leader")
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return errcode.Errorf(errcode.NotLeader, "leader is still catching up (barrier): %v", ctx.Err())
+			return 0, errcode.Errorf(errcode.NotLeader, "leader is still catching up (barrier): %v", ctx.Err())
 		case <-time.After(e.cfg.Tick):
 		}
 	}

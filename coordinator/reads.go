@@ -16,7 +16,12 @@ import (
 // readBarrier makes reads linearizable without a log entry (a read index):
 // a read notes the commit index when it arrives, waits for a VerifyLeader
 // round that started after it arrived, then for the FSM to apply up to the
-// noted index. Rounds are shared: every read arriving while one round is in
+// noted index. All of it happens in the term the engine serves in (whose
+// leadership barrier committed an entry, so the commit index covers every
+// write acknowledged before): a read that finds the node in another term,
+// when it arrives or after its round, is answered NOT_LEADER. (A node can
+// lose leadership and win it again before the engine hears of either;
+// its commit index may then lag the new term's.) Rounds are shared: every read arriving while one round is in
 // flight waits for the next round, which starts as soon as the current one
 // ends; a round that started before a read arrived cannot vouch for it (a
 // newer leader may have committed in between).
@@ -49,9 +54,13 @@ func newVerifyRound(ctx context.Context) *verifyRound {
 	return &verifyRound{done: make(chan struct{}), ctx: rctx, cancel: cancel}
 }
 
-// wait returns once a read arriving now may be served from the local FSM.
-func (b *readBarrier) wait(ctx context.Context) error {
+// wait returns once a read arriving now may be served from the local FSM,
+// the engine serving in term.
+func (b *readBarrier) wait(ctx context.Context, term uint64) error {
 	readIndex := b.raft.CommitIndex()
+	if err := b.checkTerm(term); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	var r *verifyRound
 	switch {
@@ -76,12 +85,23 @@ func (b *readBarrier) wait(ctx context.Context) error {
 	if r.err != nil {
 		return errcode.Errorf(errcode.NotLeader, "this node could not confirm it still leads: %v", r.err)
 	}
+	if err := b.checkTerm(term); err != nil {
+		return err
+	}
 	for b.raft.AppliedIndex() < readIndex {
 		select {
 		case <-ctx.Done():
 			return errcode.Errorf(errcode.NotLeader, "waiting to apply index %d for a read: %v", readIndex, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
+	}
+	return nil
+}
+
+// checkTerm refuses a read once the node's term is not the serving one.
+func (b *readBarrier) checkTerm(term uint64) error {
+	if now := b.raft.Term(); now != term {
+		return errcode.Errorf(errcode.NotLeader, "the raft term moved from %d (served) to %d; retry", term, now)
 	}
 	return nil
 }
@@ -124,10 +144,11 @@ func (e *Engine) beforeRead(ctx context.Context, allowStale bool) error {
 	if allowStale {
 		return nil
 	}
-	if err := e.awaitServing(ctx); err != nil {
+	term, err := e.awaitServingTerm(ctx)
+	if err != nil {
 		return err
 	}
-	return e.reads.wait(ctx)
+	return e.reads.wait(ctx, term)
 }
 
 // OffsetFetch reads committed offsets, a page at a time: all of the

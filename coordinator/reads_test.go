@@ -23,6 +23,7 @@ type fakeRaft struct {
 	cancelled atomic.Int64 // rounds whose context ended first
 	commit    atomic.Uint64
 	applied   atomic.Uint64
+	term      atomic.Uint64
 }
 
 func (f *fakeRaft) Apply(context.Context, *fsmv1.Command) (*fsm.ApplyResult, error) {
@@ -30,6 +31,7 @@ func (f *fakeRaft) Apply(context.Context, *fsmv1.Command) (*fsm.ApplyResult, err
 }
 func (f *fakeRaft) Barrier(context.Context) error { return nil }
 func (f *fakeRaft) IsLeader() bool                { return true }
+func (f *fakeRaft) Term() uint64                  { return f.term.Load() }
 func (f *fakeRaft) CommitIndex() uint64           { return f.commit.Load() }
 func (f *fakeRaft) AppliedIndex() uint64          { return f.applied.Load() }
 func (f *fakeRaft) VerifyLeader(ctx context.Context) error {
@@ -51,7 +53,7 @@ func TestReadBarrier_ReadsShareTheNextRound(t *testing.T) {
 
 	// The first read starts round 1 and holds it open.
 	first := make(chan error, 1)
-	go func() { first <- b.wait(ctx) }()
+	go func() { first <- b.wait(ctx, 0) }()
 	if r := <-f.started; r != 1 {
 		t.Fatalf("first round is %d", r)
 	}
@@ -63,7 +65,7 @@ func TestReadBarrier_ReadsShareTheNextRound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := b.wait(ctx); err != nil {
+			if err := b.wait(ctx, 0); err != nil {
 				t.Errorf("read: %v", err)
 			}
 			done.Add(1)
@@ -96,7 +98,7 @@ func TestReadBarrier_WaitsForApplyAndReportsLostLeadership(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res := make(chan error, 1)
-	go func() { res <- b.wait(ctx) }()
+	go func() { res <- b.wait(ctx, 0) }()
 	select {
 	case err := <-res:
 		t.Fatalf("read answered (%v) before the FSM applied the commit index it arrived at", err)
@@ -109,7 +111,7 @@ func TestReadBarrier_WaitsForApplyAndReportsLostLeadership(t *testing.T) {
 
 	f.err = errors.New("node is not the leader")
 	f.release <- struct{}{}
-	if err := b.wait(ctx); errcode.Of(err) != errcode.NotLeader {
+	if err := b.wait(ctx, 0); errcode.Of(err) != errcode.NotLeader {
 		t.Fatalf("read after a failed VerifyLeader: %v, want NOT_LEADER", err)
 	}
 }
@@ -136,14 +138,14 @@ func TestReadBarrier_RoundEndsWhenItsReadsGiveUp(t *testing.T) {
 	// Round 1 is held open; its only read gives up later.
 	ctx1, giveUp1 := context.WithCancel(live)
 	first := make(chan error, 1)
-	go func() { first <- b.wait(ctx1) }()
+	go func() { first <- b.wait(ctx1, 0) }()
 	if r := <-f.started; r != 1 {
 		t.Fatalf("first round is %d", r)
 	}
 	// A read queues for round 2 and gives up before it starts.
 	ctx2, giveUp2 := context.WithCancel(live)
 	second := make(chan error, 1)
-	go func() { second <- b.wait(ctx2) }()
+	go func() { second <- b.wait(ctx2, 0) }()
 	pollUntil(t, "a read to queue for round 2", queuedFor(1))
 	giveUp2()
 	if err := <-second; errcode.Of(err) != errcode.NotLeader {
@@ -151,7 +153,7 @@ func TestReadBarrier_RoundEndsWhenItsReadsGiveUp(t *testing.T) {
 	}
 	// A read with time left queues for a fresh round 2.
 	third := make(chan error, 1)
-	go func() { third <- b.wait(live) }()
+	go func() { third <- b.wait(live, 0) }()
 	pollUntil(t, "a read to queue for a fresh round 2", queuedFor(1))
 
 	giveUp1()
@@ -183,5 +185,41 @@ func pollUntil(t *testing.T, what string, cond func() (bool, string)) {
 			t.Fatalf("waiting for %s: %s", what, state)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A node can lose leadership and win it again, in a new term, before the
+// engine hears of either; its commit index may then lag the new term's. So
+// a read is served only in the term the engine's barrier committed in:
+// refused when it arrives in another, or when the term moves during its
+// round.
+func TestReadBarrier_RefusesReadsOutsideTheServingTerm(t *testing.T) {
+	f := &fakeRaft{started: make(chan int64, 10), release: make(chan struct{})}
+	f.term.Store(7)
+	b := &readBarrier{raft: f}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	if err := b.wait(ctx, 6); errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("read arriving in term 7 for an engine serving term 6: %v, want NOT_LEADER", err)
+	}
+	if n := f.rounds.Load(); n != 0 {
+		t.Fatalf("%d VerifyLeader rounds for a read refused on arrival, want 0", n)
+	}
+
+	res := make(chan error, 1)
+	go func() { res <- b.wait(ctx, 7) }()
+	<-f.started
+	f.term.Store(8)
+	f.release <- struct{}{}
+	if err := <-res; errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("read whose term moved from 7 to 8 during its round: %v, want NOT_LEADER", err)
+	}
+
+	go func() { res <- b.wait(ctx, 8) }()
+	<-f.started
+	f.release <- struct{}{}
+	if err := <-res; err != nil {
+		t.Fatalf("read in the serving term: %v", err)
 	}
 }

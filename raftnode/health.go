@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -284,14 +285,18 @@ type commitObservingTransport struct {
 	*raft.NetworkTransport
 	consumer chan raft.RPC
 	seen     *leaderCommit
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
+	acks     *leaderAcks
+	// testAppend, set by tests only, runs each AppendEntries (pipelined
+	// or not) in place of sending it directly: send sends it.
+	testAppend atomic.Pointer[func(id raft.ServerID, pipelined bool, send func() error) error]
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
 }
 
 func newCommitObservingTransport(t *raft.NetworkTransport, seen *leaderCommit) *commitObservingTransport {
 	c := &commitObservingTransport{NetworkTransport: t, consumer: make(chan raft.RPC), seen: seen,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		acks: newLeaderAcks(), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.relay()
 	return c
 }

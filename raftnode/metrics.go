@@ -22,6 +22,7 @@ type metrics struct {
 	applyErrors             *prometheus.CounterVec
 	writeErrors             *prometheus.CounterVec
 	sizeSnapshots           prometheus.Counter
+	staleVerifies           prometheus.Counter
 
 	lastSnapshotBytes atomic.Int64
 }
@@ -71,6 +72,10 @@ func newMetrics() *metrics {
 		sizeSnapshots: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cohort", Subsystem: "raft", Name: "size_triggered_snapshots_total",
 			Help: "Snapshots started because the log passed --raft-snapshot-log-bytes since the last one.",
+		}),
+		staleVerifies: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cohort", Subsystem: "raft", Name: "verify_leader_stale_rounds_total",
+			Help: "Leadership checks raft vouched for with answers to requests sent before the check began (not trusted; asked again).",
 		}),
 	}
 }
@@ -127,7 +132,7 @@ func newCollector(n *Node) *Collector {
 func (c *Collector) histograms() []prometheus.Collector {
 	m := c.n.metrics
 	return []prometheus.Collector{m.applyLatency, m.commitLatency, m.snapshotPersistDuration, m.snapshotSize,
-		m.restoreDuration, m.leadershipChanges, m.applyErrors, m.writeErrors, m.sizeSnapshots}
+		m.restoreDuration, m.leadershipChanges, m.applyErrors, m.writeErrors, m.sizeSnapshots, m.staleVerifies}
 }
 
 // Describe implements prometheus.Collector.

@@ -50,6 +50,9 @@ type Node struct {
 
 	raft      *raft.Raft
 	transport *commitObservingTransport
+	// testVerifyStarted, set by tests only, runs once each round of
+	// VerifyLeader has handed its check to raft.
+	testVerifyStarted func()
 	stream    *streamLayer
 	store     *raftboltdb.BoltStore
 	logCache  *byteLogCache
@@ -495,11 +498,6 @@ func (n *Node) Ready() (ok bool, reason string) {
 // serving reads.
 func (n *Node) Barrier(ctx context.Context) error {
 	return n.WaitFuture(ctx, "barrier", func(timeout time.Duration) raft.Future { return n.raft.Barrier(timeout) })
-}
-
-// VerifyLeader checks with a quorum that this node is still the leader.
-func (n *Node) VerifyLeader(ctx context.Context) error {
-	return n.WaitFuture(ctx, "verify leader", func(time.Duration) raft.Future { return n.raft.VerifyLeader() })
 }
 
 // Snapshot asks raft to take a snapshot now (and compact the log).

@@ -95,6 +95,7 @@ func (r *replicaSet) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyR
 func (r *replicaSet) Barrier(context.Context) error      { return nil }
 func (r *replicaSet) VerifyLeader(context.Context) error { return nil }
 func (r *replicaSet) IsLeader() bool                     { return true }
+func (r *replicaSet) Term() uint64                       { return 1 }
 func (r *replicaSet) CommitIndex() uint64                { return r.AppliedIndex() }
 func (r *replicaSet) AppliedIndex() uint64 {
 	r.mu.Lock()
