@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,9 +54,9 @@ type Node struct {
 	// testVerifyStarted, set by tests only, runs once each round of
 	// VerifyLeader has handed its check to raft.
 	testVerifyStarted func()
-	stream    *streamLayer
-	store     *raftboltdb.BoltStore
-	logCache  *byteLogCache
+	stream            *streamLayer
+	store             *raftboltdb.BoltStore
+	logCache          *byteLogCache
 
 	// What Fault reports (health.go): recorded write failures and the
 	// leader's commit index as the AppendEntries requests carry it.
@@ -566,6 +567,10 @@ func (n *Node) kill() error {
 // shutdown.
 const inboundDrainTimeout = 5 * time.Second
 
+// raftShutdownTimeout bounds the wait for raft's own goroutines at
+// shutdown.
+const raftShutdownTimeout = 30 * time.Second
+
 func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 	n.stopBG()
 	var errs []error
@@ -579,8 +584,21 @@ func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 			n.log.Info("leadership transferred", "new_leader", id)
 		}
 	}
-	if err := n.raft.Shutdown().Error(); err != nil {
-		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.raft.Shutdown().Error() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shut down raft: %w", err))
+		}
+	case <-time.After(raftShutdownTimeout):
+		// A raft goroutine is stuck (a log write that never returns, say).
+		// Closing the log store beneath it could corrupt what it writes;
+		// leave the store open and say so rather than wait for ever.
+		stacks := make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		n.log.Error("raft did not shut down; its log store is left open", "waited", raftShutdownTimeout, "goroutines", string(stacks))
+		return fmt.Errorf("shut down raft: not done after %v; the log store is left open", raftShutdownTimeout)
 	}
 	close(n.raftStopped)
 	n.bgWG.Wait()
