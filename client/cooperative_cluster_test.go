@@ -12,6 +12,7 @@ import (
 
 	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
@@ -364,5 +365,89 @@ func TestRealCluster_ServerSide_LeaderKilledBetweenJoinAndSync(t *testing.T) {
 	}
 	if !maps.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("assignments after failover: %v, want %v", got, want)
+	}
+}
+
+// The KIP-429 idiom: a cooperative member commits, in OnRevoked, the
+// partitions it gives up, after the sync that took them away (issue 13,
+// finding 6). The commit is accepted (the member owned them in the
+// previous generation and nobody owns them yet), and a callback slower
+// than the session timeout costs the member nothing: the client
+// heartbeats while it runs.
+func TestRealCluster_CooperativeSticky_CommitInASlowOnRevoked(t *testing.T) {
+	const partitions = 4
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	topic := createTopic(t, ctx, c.Addrs(), partitions)
+	const session = time.Second
+	base := Config{
+		Endpoints: c.Addrs(), GroupID: topic, Topics: []string{topic}, Protocols: []string{"cooperative-sticky"},
+		SessionTimeout: session, HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: 20 * time.Second,
+	}
+	var (
+		first      *Member
+		mu         sync.Mutex
+		revoked    []TopicPartition
+		commitErrs []error
+	)
+	cfg := base
+	cfg.ClientID = "first"
+	cfg.OnRevoked = func(ctx context.Context, r []TopicPartition) {
+		time.Sleep(3 * session) // longer than the session: only heartbeats keep the member
+		var offs []PartitionOffset
+		for _, tp := range r {
+			offs = append(offs, PartitionOffset{TopicPartition: tp, Offset: 100 + int64(tp.Partition)})
+		}
+		err := first.Commit(ctx, offs)
+		mu.Lock()
+		defer mu.Unlock()
+		revoked = append(revoked, r...)
+		commitErrs = append(commitErrs, err)
+	}
+	first, _ = startMember(t, cfg)
+	waitStable(t, "the first member holding every partition", []*Member{first}, partitions)
+	id := first.MemberID()
+
+	cfg = base
+	cfg.ClientID = "second"
+	second, _ := startMember(t, cfg)
+	proc.WaitFor(t, 60*time.Second, "two members holding two partitions each", func() (bool, string) {
+		_, ok := settledOn([]*Member{first, second}, partitions)
+		return ok && len(second.Assignment()) == partitions/2, fmt.Sprintf("first %v, second %v", first.Assignment(), second.Assignment())
+	})
+
+	mu.Lock()
+	gotRevoked, gotErrs := slices.Clone(revoked), slices.Clone(commitErrs)
+	mu.Unlock()
+	if len(gotRevoked) != partitions/2 || len(gotErrs) != 1 {
+		t.Fatalf("OnRevoked gave up %v with %d commits; want %d partitions in one call", gotRevoked, len(gotErrs), partitions/2)
+	}
+	if gotErrs[0] != nil {
+		t.Fatalf("commit in OnRevoked of the partitions given up: %v", gotErrs[0])
+	}
+	if got := first.MemberID(); got != id {
+		t.Fatalf("the first member is now %q, was %q: its session expired during the slow callback", got, id)
+	}
+	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fetched, err := FetchOffsets(ctx, conn.Groups(), &cohortv1.OffsetFetchRequest{GroupId: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := map[int32]int64{}
+	for _, p := range fetched {
+		committed[p.GetPartition()] = p.GetOffset()
+	}
+	for _, tp := range gotRevoked {
+		if committed[tp.Partition] != 100+int64(tp.Partition) {
+			t.Fatalf("committed offsets %v: partition %d, given up and committed in OnRevoked, is missing", committed, tp.Partition)
+		}
+	}
+	if owned := second.Assignment(); !slices.Equal(owned, gotRevoked) {
+		t.Fatalf("the second member holds %v, the first gave up %v", owned, gotRevoked)
 	}
 }

@@ -324,7 +324,7 @@ func (m *Member) joinAndSync(ctx context.Context) (bool, error) {
 			// Incremental: stop only what was taken away, then start only
 			// what is new; everything else never stops.
 			if revoked := diffPartitions(held, assignment); len(revoked) > 0 && m.cfg.OnRevoked != nil {
-				m.cfg.OnRevoked(ctx, revoked)
+				m.callback(ctx, func() { m.cfg.OnRevoked(ctx, revoked) })
 			}
 			added = diffPartitions(assignment, held)
 		}
@@ -335,7 +335,7 @@ func (m *Member) joinAndSync(ctx context.Context) (bool, error) {
 		m.mu.Unlock()
 		m.log.Info("cohort assigned", "member", resp.GetMemberId(), "generation", gen, "partitions", len(assignment), "added", len(added))
 		if m.cfg.OnAssigned != nil {
-			m.cfg.OnAssigned(ctx, gen, slices.Clone(added))
+			m.callback(ctx, func() { m.cfg.OnAssigned(ctx, gen, slices.Clone(added)) })
 		}
 		return followUp, nil
 	}
@@ -500,8 +500,49 @@ func (m *Member) revoke(ctx context.Context) {
 	m.assigned, m.assignment = false, nil
 	m.mu.Unlock()
 	if was && m.cfg.OnRevoked != nil {
-		m.cfg.OnRevoked(ctx, revoked)
+		m.callback(ctx, func() { m.cfg.OnRevoked(ctx, revoked) })
 	}
+}
+
+// callback runs fn, a user callback, while heartbeating every
+// HeartbeatInterval, so that a callback slower than the session timeout
+// (committing, flushing) does not cost the member its membership, as
+// Kafka's consumer heartbeats from its own thread. A heartbeat refused
+// (the group started rebalancing, say) makes the heartbeat loop ask again
+// as soon as the callback is done.
+func (m *Member) callback(ctx context.Context, fn func()) {
+	m.mu.Lock()
+	req := &cohortv1.HeartbeatRequest{
+		GroupId: m.cfg.GroupID, Generation: m.generation, MemberId: m.memberID, InstanceId: m.cfg.InstanceID,
+	}
+	m.mu.Unlock()
+	if req.MemberId == "" || req.Generation == NoGeneration {
+		fn()
+		return
+	}
+	hctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(m.cfg.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := m.groups.Heartbeat(hctx, req); err != nil && hctx.Err() == nil {
+				select {
+				case m.heartbeatNow <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	fn()
+	stop()
+	<-done
 }
 
 // revokeLost revokes everything a cooperative member still holds once its

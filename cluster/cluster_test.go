@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cohortlabs/cohort/cluster"
+	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 	"github.com/cohortlabs/cohort/raftnode"
@@ -88,8 +89,8 @@ func TestMultiNode_BootstrapExpect_FormsOneClusterAndRegistersEveryNode(t *testi
 			}
 			for i, e := range reg {
 				want := c.Nodes[i]
-				if e.ID != want.ID || e.GRPCAddress != c.Addr(i) || e.RaftAddress != want.Node.RaftAddress() {
-					return false, fmt.Sprintf("%s's registry entry %+v, want %s %s %s", n.ID, e, want.ID, c.Addr(i), want.Node.RaftAddress())
+				if e.ID != want.ID || e.GRPCAddress != c.Addr(i) || e.RaftAddress != want.Node.RaftAddress() || e.MaxCommandVersion != fsm.CommandVersion {
+					return false, fmt.Sprintf("%s's registry entry %+v, want %s %s %s applying rules %d", n.ID, e, want.ID, c.Addr(i), want.Node.RaftAddress(), fsm.CommandVersion)
 				}
 			}
 			if !n.Cluster.Registered() || !n.Cluster.FormationDone() {
@@ -103,6 +104,12 @@ func TestMultiNode_BootstrapExpect_FormsOneClusterAndRegistersEveryNode(t *testi
 			t.Fatalf("%s: leader gRPC address %q, want %q", n.ID, got, c.Addr(leader))
 		}
 	}
+	// Every server said it applies this binary's rules: the leader writes
+	// under them.
+	waitFor(t, 10*time.Second, "the leader to write under this binary's command rules", func() (bool, string) {
+		got := c.Nodes[leader].Node.CommandRules()
+		return got == fsm.CommandVersion, fmt.Sprintf("rules %d", got)
+	})
 }
 
 // Join addresses that are host names (localhost), as a headless service's

@@ -54,6 +54,9 @@ type Registration struct {
 	NodeID      string
 	GRPCAddress string
 	RaftAddress string
+	// MaxCommandVersion is the newest command rules the node applies (0:
+	// not stated, the registry keeps what it has).
+	MaxCommandVersion uint32
 }
 
 // AddAnswer is the leader's answer to AddNonvoter.

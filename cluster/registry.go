@@ -96,7 +96,8 @@ func (cl *Cluster) runRegistration() {
 func (cl *Cluster) registered() bool {
 	for _, node := range cl.node.FSM().Nodes() {
 		if node.ID == cl.id {
-			return node.GRPCAddress == cl.cfg.GRPCAdvertise && node.RaftAddress == cl.raftAddr
+			return node.GRPCAddress == cl.cfg.GRPCAdvertise && node.RaftAddress == cl.raftAddr &&
+				node.MaxCommandVersion == cl.node.MaxCommandRules()
 		}
 	}
 	return false
@@ -159,7 +160,7 @@ const registrationCheckTimeout = 5 * time.Second
 // its addresses), is not checked.
 func (cl *Cluster) verifyRegistration(ctx context.Context, reg Registration) error {
 	if reg.NodeID == cl.id {
-		if self := cl.self(); reg != self {
+		if self := cl.self(); reg.GRPCAddress != self.GRPCAddress || reg.RaftAddress != self.RaftAddress {
 			return errcode.Errorf(errcode.InvalidArgument, "node %q is this node, at gRPC %s and Raft %s, not %s and %s", reg.NodeID, self.GRPCAddress, self.RaftAddress, reg.GRPCAddress, reg.RaftAddress)
 		}
 		return nil
@@ -188,13 +189,14 @@ func (cl *Cluster) verifyRegistration(ctx context.Context, reg Registration) err
 
 // self is this node's registry entry.
 func (cl *Cluster) self() Registration {
-	return Registration{NodeID: cl.id, GRPCAddress: cl.cfg.GRPCAdvertise, RaftAddress: cl.raftAddr}
+	return Registration{NodeID: cl.id, GRPCAddress: cl.cfg.GRPCAdvertise, RaftAddress: cl.raftAddr,
+		MaxCommandVersion: cl.node.MaxCommandRules()}
 }
 
 // registerCommand is the FSM command recording reg in the node registry.
 func registerCommand(reg Registration) *fsmv1.Command {
 	return &fsmv1.Command{Kind: &fsmv1.Command_RegisterNode{RegisterNode: &fsmv1.RegisterNode{
-		NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress,
+		NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress, MaxCommandVersion: reg.MaxCommandVersion,
 	}}}
 }
 

@@ -14,8 +14,13 @@ const (
 
 // apply applies one command. Every path that refuses a command returns
 // before changing anything.
-func (s *State) apply(cmd *fsmv1.Command) *ApplyResult {
+func (s *State) apply(cmd *fsmv1.Command) (res *ApplyResult) {
 	defer func() {
+		if res.Err == nil {
+			// Only a command that may have changed the state: a refused
+			// one changes nothing, not even this.
+			s.rulesSeen = max(s.rulesSeen, s.rules)
+		}
 		s.settleSizes()
 		s.epoch++ // freeze every group this command touched
 	}()

@@ -7,12 +7,17 @@ import (
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
-// CommandVersion is the rule set this FSM writes commands under (the
-// command's version field). Version 0 is a command written before budgets:
-// it is applied without them, so a log written by an older version replays
-// to the same state. From version 1 on, the replicated budgets are enforced
-// and creating a topic rebalances the groups subscribed to it.
-const CommandVersion = 1
+// CommandVersion is the newest rule set this FSM applies (the command's
+// version field; rules.go says how a cluster picks the rules it writes
+// under). Version 0 is a command written before budgets: it is applied
+// without them, so a log written by an older version replays to the same
+// state. Version 1: the replicated budgets are enforced and creating a
+// topic rebalances the groups subscribed to it. Version 2: a group whose
+// leader left names no leader until its join completes; the leader of a
+// server-side group rejoining a Stable group unchanged forces no
+// rebalance; members remember their previous generation's assignment, and
+// may commit those partitions while nobody owns them.
+const CommandVersion = 2
 
 // Budgets bound the replicated state. They are part of the state (set by a
 // SetBudgets command, carried in snapshots), so every replica enforces the
@@ -276,7 +281,8 @@ func assignmentBytes(a Assignment) int64 {
 
 // memberBytes is one member's share of StateBytes.
 func memberBytes(m *Member) int64 {
-	return memberOverhead + memberMetadataBytes(m) + int64(itemOverhead*(len(m.Protocols)+len(m.Topics))) + assignmentBytes(m.Assignment)
+	return memberOverhead + memberMetadataBytes(m) + int64(itemOverhead*(len(m.Protocols)+len(m.Topics))) +
+		assignmentBytes(m.Assignment) + assignmentBytes(m.PreviousAssignment)
 }
 
 // measure computes g's size figures.
@@ -415,7 +421,7 @@ func (s *State) checkJoinGrowth(g *Group, exists bool, protocolType string, prev
 	if prev != nil {
 		// The member keeps its assignment.
 		meta -= memberMetadataBytes(prev)
-		grow += assignmentBytes(prev.Assignment) - memberBytes(prev)
+		grow += assignmentBytes(prev.Assignment) + assignmentBytes(prev.PreviousAssignment) - memberBytes(prev)
 	}
 	if err := s.overBudget("metadata-bytes-per-group", b.MetadataBytesPerGroup, g.size.metadata, meta, fmt.Sprintf("group %q's member metadata bytes", g.ID)); err != nil {
 		return err

@@ -53,7 +53,7 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 	res = &ApplyResult{Group: g, Partitions: make([]PartitionResult, len(c.GetOffsets()))}
 	for i, o := range c.GetOffsets() {
 		r := PartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
-		r.Err = s.checkCommit(member, o)
+		r.Err = s.checkCommit(g, member, o)
 		if r.Err == nil {
 			accepted++
 		}
@@ -95,8 +95,12 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 }
 
 // checkCommit applies the per-partition rules: the partition exists, the
-// offset is not negative, and a member owns the partition.
-func (s *State) checkCommit(member *Member, o *fsmv1.OffsetCommit) error {
+// offset is not negative, and a member (of g) owns the partition, or
+// (command rules 2) owned it in the previous generation and nobody owns
+// it now: a cooperative member commits what it gives up in its revocation
+// callback, after the sync that took it away (KIP-429) and before the
+// next rebalance hands it to another member.
+func (s *State) checkCommit(g *Group, member *Member, o *fsmv1.OffsetCommit) error {
 	n, ok := s.topics[o.GetTopic()]
 	if !ok || o.GetPartition() < 0 || o.GetPartition() >= n {
 		return errcode.Errorf(errcode.UnknownTopicOrPartition, "partition %s/%d does not exist", o.GetTopic(), o.GetPartition())
@@ -104,10 +108,23 @@ func (s *State) checkCommit(member *Member, o *fsmv1.OffsetCommit) error {
 	if o.GetOffset() < 0 {
 		return errcode.Errorf(errcode.InvalidArgument, "offset %d for %s/%d is negative", o.GetOffset(), o.GetTopic(), o.GetPartition())
 	}
-	if member != nil && !member.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
-		return errcode.Errorf(errcode.NotOwner, "member %q does not own %s/%d", member.ID, o.GetTopic(), o.GetPartition())
+	if member == nil || member.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
+		return nil
 	}
-	return nil
+	if s.rules >= 2 && member.PreviousAssignment.Owns(o.GetTopic(), o.GetPartition()) {
+		owner := ""
+		for _, m := range g.Members {
+			if m.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
+				owner = m.ID
+				break
+			}
+		}
+		if owner == "" {
+			return nil
+		}
+		return errcode.Errorf(errcode.NotOwner, "member %q gave up %s/%d in generation %d; member %q owns it now", member.ID, o.GetTopic(), o.GetPartition(), g.Generation, owner)
+	}
+	return errcode.Errorf(errcode.NotOwner, "member %q does not own %s/%d", member.ID, o.GetTopic(), o.GetPartition())
 }
 
 func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {

@@ -20,6 +20,8 @@ type FSM struct {
 	applied uint64
 	// observer, when set, is told of every applied command (Observe).
 	observer atomic.Pointer[func(*fsmv1.Command, *ApplyResult)]
+	// maxRules is the newest command rules applied (0: CommandVersion).
+	maxRules atomic.Uint32
 }
 
 // Observe has fn told of every command applied from now on, with its
@@ -112,8 +114,13 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) *ApplyResult {
 	return f.Apply(index, cmd)
 }
 
-// Apply applies one decoded command as the log entry at index.
+// Apply applies one decoded command as the log entry at index. A command
+// under rules newer than MaxRules is not applied: the result's Err wraps
+// ErrNewerRules and the applied index stays where it was.
 func (f *FSM) Apply(index uint64, cmd *fsmv1.Command) *ApplyResult {
+	if err := f.checkRules(index, cmd.GetVersion()); err != nil {
+		return &ApplyResult{Index: index, Err: err}
+	}
 	f.mu.Lock()
 	res := f.state.apply(cmd)
 	res.Index = index
@@ -147,6 +154,9 @@ func (f *FSM) Restore(r io.Reader) error {
 	st, err := ReadSnapshot(r)
 	if err != nil {
 		return err
+	}
+	if max := f.MaxRules(); st.rulesSeen > max {
+		return fmt.Errorf("%w: the snapshot holds entries written under command rules %d, and this binary applies rules up to %d; run a cohortd as new as the cluster's leader", ErrNewerRules, st.rulesSeen, max)
 	}
 	f.mu.Lock()
 	f.state = st

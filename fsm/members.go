@@ -144,8 +144,11 @@ func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
 			s.updateMember(g, old, m)
 			s.prepareRebalance(now, g)
 		case Stable:
-			if !changed && g.LeaderID != m.ID {
-				return res // a follower's rejoin with nothing new: no rebalance
+			if !changed && (g.LeaderID != m.ID || s.rules >= 2 && g.ProtocolType == ServerProtocolType) {
+				// A follower's rejoin with nothing new: no rebalance. Nor
+				// (rules 2) the leader's of a server-side group, whose
+				// leader computes nothing: it lost its answer.
+				return res
 			}
 			s.updateMember(g, old, m)
 			s.prepareRebalance(now, g)
@@ -270,6 +273,7 @@ func (s *State) markJoined(now int64, g *Group, id string) {
 func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyResult) *ApplyResult {
 	prev, _ := g.Member(old.ID)
 	m.Assignment, m.Joined, m.JoinSeq, m.JoinedAtMs = prev.Assignment, prev.Joined, prev.JoinSeq, prev.JoinedAtMs
+	m.PreviousAssignment = prev.PreviousAssignment
 	g.removeMember(old.ID)
 	g.insertMember(m)
 	if g.LeaderID == old.ID {
@@ -355,7 +359,11 @@ func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
 	g.InitialDelayUntilMs = 0
 	g.StateChangedMs = now
 	for i := range g.Members {
-		g.editMember(i).Assignment = Assignment{}
+		m := g.editMember(i)
+		if s.rules >= 2 {
+			m.PreviousAssignment = m.Assignment
+		}
+		m.Assignment = Assignment{}
 	}
 	if len(g.Members) == 0 {
 		g.State, g.LeaderID, g.Protocol = Empty, "", ""
@@ -482,8 +490,11 @@ func (s *State) afterRemoval(now int64, g *Group, res *ApplyResult) {
 		g.StateChangedMs = now
 		return
 	}
-	if _, ok := g.Member(g.LeaderID); !ok && g.State == PreparingRebalance {
-		g.LeaderID = "" // a new leader is chosen when the barrier closes
+	if _, ok := g.Member(g.LeaderID); !ok && (g.State == PreparingRebalance || s.rules >= 2) {
+		// A new leader is chosen when the barrier closes; until then the
+		// group names none (rules 2: whatever its state, rather than the
+		// member that left).
+		g.LeaderID = ""
 	}
 	switch g.State {
 	case Stable, CompletingRebalance:

@@ -46,14 +46,14 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: bufio.NewWriterSize(w, 1<<16), crc: crc32.New(castagnoli)}
 	enc := recordEncoder{w: cw}
 	cw.Write(snapshotMagic)
-	enc.put(&fsmv1.SnapshotHeader{FormatVersion: SnapshotFormatVersion})
-	var tr fsmv1.SnapshotTrailer
 	st := s.state
+	enc.put(&fsmv1.SnapshotHeader{FormatVersion: SnapshotFormatVersion, Rules: st.rulesSeen})
+	var tr fsmv1.SnapshotTrailer
 	if st.budgets != (Budgets{}) {
 		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Budgets{Budgets: st.budgets.Proto()}})
 	}
 	for _, n := range st.sortedNodes() {
-		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Node{Node: &fsmv1.Node{NodeId: n.ID, GrpcAddress: n.GRPCAddress, RaftAddress: n.RaftAddress}}})
+		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Node{Node: &fsmv1.Node{NodeId: n.ID, GrpcAddress: n.GRPCAddress, RaftAddress: n.RaftAddress, MaxCommandVersion: n.MaxCommandVersion}}})
 		tr.Nodes++
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.topics)) {
@@ -105,6 +105,7 @@ func ReadSnapshot(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("restore snapshot: format version %d, this build reads version %d", hdr.GetFormatVersion(), SnapshotFormatVersion)
 	}
 	st := NewState()
+	st.rulesSeen = hdr.GetRules()
 	var counts fsmv1.SnapshotTrailer
 	var rec fsmv1.SnapshotRecord
 	for i := 0; ; i++ {
@@ -143,7 +144,7 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 		if n.GetNodeId() == "" {
 			return errors.New("node record without node_id")
 		}
-		s.nodes[n.GetNodeId()] = Node{ID: n.GetNodeId(), GRPCAddress: n.GetGrpcAddress(), RaftAddress: n.GetRaftAddress()}
+		s.nodes[n.GetNodeId()] = Node{ID: n.GetNodeId(), GRPCAddress: n.GetGrpcAddress(), RaftAddress: n.GetRaftAddress(), MaxCommandVersion: n.GetMaxCommandVersion()}
 		counts.Nodes++
 	case *fsmv1.SnapshotRecord_Topic:
 		t := k.Topic
@@ -195,6 +196,9 @@ func groupToProto(g *Group) *fsmv1.Group {
 			Joined: m.Joined, JoinSeq: m.JoinSeq, JoinedAtMs: m.JoinedAtMs,
 			Assignment: AssignmentToProto(m.Assignment),
 		}
+		if len(m.PreviousAssignment.Topics) > 0 || len(m.PreviousAssignment.UserData) > 0 {
+			pm.PreviousAssignment = AssignmentToProto(m.PreviousAssignment)
+		}
 		for _, p := range m.Protocols {
 			pm.Spec.Protocols = append(pm.Spec.Protocols, &fsmv1.Protocol{Name: p.Name, Metadata: p.Metadata})
 		}
@@ -210,6 +214,14 @@ func AssignmentToProto(a Assignment) *fsmv1.Assignment {
 		pa.Topics = append(pa.Topics, &fsmv1.TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
 	}
 	return pa
+}
+
+func assignmentFromProto(a *fsmv1.Assignment) Assignment {
+	out := Assignment{UserData: a.GetUserData()}
+	for _, tp := range a.GetTopics() {
+		out.Topics = append(out.Topics, TopicPartitions{Topic: tp.GetTopic(), Partitions: tp.GetPartitions()})
+	}
+	return out
 }
 
 func groupFromProto(pg *fsmv1.Group) (*Group, error) {
@@ -232,11 +244,8 @@ func groupFromProto(pg *fsmv1.Group) (*Group, error) {
 			return nil, fmt.Errorf("group %q: %w", g.ID, perr)
 		}
 		m.Joined, m.JoinSeq, m.JoinedAtMs = pm.GetJoined(), pm.GetJoinSeq(), pm.GetJoinedAtMs()
-		a := pm.GetAssignment()
-		m.Assignment.UserData = a.GetUserData()
-		for _, tp := range a.GetTopics() {
-			m.Assignment.Topics = append(m.Assignment.Topics, TopicPartitions{Topic: tp.GetTopic(), Partitions: tp.GetPartitions()})
-		}
+		m.Assignment = assignmentFromProto(pm.GetAssignment())
+		m.PreviousAssignment = assignmentFromProto(pm.GetPreviousAssignment())
 		if len(g.Members) > 0 && g.Members[len(g.Members)-1].ID >= m.ID {
 			return nil, fmt.Errorf("group %q: members not sorted at %q", g.ID, m.ID)
 		}

@@ -94,6 +94,11 @@ type Member struct {
 	JoinSeq    int64
 	JoinedAtMs int64
 	Assignment Assignment
+	// PreviousAssignment is what the member was assigned in the generation
+	// before the current one (command rules 2; empty before): it may still
+	// commit those of its partitions that nobody owns now, as a
+	// cooperative member does when it gives them up (checkCommit).
+	PreviousAssignment Assignment
 
 	// epoch is the group epoch that may change this member in place; a
 	// member from an older epoch is shared with frozen groups and is copied
@@ -263,6 +268,10 @@ type Node struct {
 	ID          string
 	GRPCAddress string
 	RaftAddress string
+	// MaxCommandVersion is the newest command rules the node's binary
+	// applies, as it last said (0: never said, a binary older than the
+	// field, which applies version 1).
+	MaxCommandVersion uint32
 }
 
 // State is the whole replicated state. It is changed only through apply.
@@ -280,6 +289,9 @@ type State struct {
 	// command being applied (budgets hold from version 1 on).
 	budgets Budgets
 	rules   uint32
+	// rulesSeen is the newest rules any command applied into this state
+	// was written under (carried in snapshots: rules.go).
+	rulesSeen uint32
 	// The size estimate's parts (see budgets.go), and the partitions of
 	// all topics.
 	partitions, topicBytes, nodeBytes, groupBytes int64
@@ -308,6 +320,9 @@ func (s *State) clone() *State {
 		epoch:   s.epoch + 1<<63,
 		members: s.members,
 		budgets: s.budgets,
+		// The rules being applied are per command; those seen go with
+		// the state.
+		rulesSeen: s.rulesSeen,
 
 		partitions: s.partitions, topicBytes: s.topicBytes, nodeBytes: s.nodeBytes, groupBytes: s.groupBytes,
 	}

@@ -106,12 +106,16 @@ func (s *State) registerNode(c *fsmv1.RegisterNode) *ApplyResult {
 	if err := checkName("grpc_address", c.GetGrpcAddress()); err != nil {
 		return fail(err)
 	}
-	n := Node{ID: c.GetNodeId(), GRPCAddress: c.GetGrpcAddress(), RaftAddress: c.GetRaftAddress()}
+	n := Node{ID: c.GetNodeId(), GRPCAddress: c.GetGrpcAddress(), RaftAddress: c.GetRaftAddress(), MaxCommandVersion: c.GetMaxCommandVersion()}
 	if err := s.checkNodeGrowth(n); err != nil {
 		return fail(err)
 	}
-	if old, ok := s.nodes[n.ID]; ok {
+	old, ok := s.nodes[n.ID]
+	if ok {
 		s.nodeBytes -= nodeBytes(old)
+	}
+	if n.MaxCommandVersion == 0 {
+		n.MaxCommandVersion = old.MaxCommandVersion // not stated: kept
 	}
 	s.nodes[n.ID] = n
 	s.nodeBytes += nodeBytes(n)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/fsm"
 	"github.com/hashicorp/raft"
 )
 
@@ -176,6 +177,16 @@ type Config struct {
 	// own layers (fault tracking, the cache): a test hook to inject write
 	// failures such as ENOSPC. Nil in production.
 	WrapLogStore func(raft.LogStore) raft.LogStore
+	// CommandRules, when not 0, makes the node apply command rules up to
+	// this version only, as an older binary would (1 to
+	// fsm.CommandVersion): for tests of rolling upgrades.
+	CommandRules uint32
+	// OnHalt is called when the node meets a log entry it cannot apply (one
+	// written under command rules newer than its binary knows): it stops
+	// applying, reports the error as a Fault, and calls OnHalt, which
+	// should end the process (cohortd exits) so that a newer binary takes
+	// over. Nil leaves the node halted.
+	OnHalt func(error)
 	// MaxConns bounds the inbound connections to the Raft port; more are
 	// closed as soon as they are accepted.
 	MaxConns int
@@ -283,6 +294,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotThreshold == 0 || c.TrailingLogs == 0 {
 		errs = append(errs, fmt.Errorf("snapshot threshold %d, trailing logs %d: must be positive", c.SnapshotThreshold, c.TrailingLogs))
+	}
+	if c.CommandRules > fsm.CommandVersion {
+		errs = append(errs, fmt.Errorf("command rules %d: this binary knows 1 to %d", c.CommandRules, fsm.CommandVersion))
 	}
 	if c.MaxAppendEntries < 1 || c.MaxAppendEntries > 1024 {
 		errs = append(errs, fmt.Errorf("max append entries %d: must be between 1 and 1024", c.MaxAppendEntries))

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -18,6 +19,10 @@ type fsmAdapter struct {
 	f       *fsm.FSM
 	snaps   *trackingSnapshotStore
 	metrics *metrics
+	halter  *halter
+	// running is set once raft started: a snapshot it cannot restore
+	// before then fails the start instead of halting.
+	running atomic.Bool
 
 	restores atomic.Uint64
 }
@@ -31,12 +36,19 @@ func (a *fsmAdapter) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return a.f.ApplyEntry(l.Index, l.Data)
+	res := a.f.ApplyEntry(l.Index, l.Data)
+	if errors.Is(res.Err, fsm.ErrNewerRules) {
+		a.halter.halt(res.Err)
+	}
+	return res
 }
 
 // Snapshot takes the FSM's cheap point-in-time copy; serialising it happens
 // in Persist, while Apply goes on.
 func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
+	if err := a.halter.halted(); err != nil {
+		return nil, err
+	}
 	return &fsmSnapshot{s: a.f.Snapshot(), metrics: a.metrics}, nil
 }
 
@@ -47,7 +59,11 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	start := time.Now()
 	if err := a.f.Restore(rc); err != nil {
-		return fmt.Errorf("restore fsm from snapshot: %w", err)
+		err = fmt.Errorf("restore fsm from snapshot: %w", err)
+		if errors.Is(err, fsm.ErrNewerRules) && a.running.Load() {
+			a.halter.halt(err)
+		}
+		return err
 	}
 	if meta := a.snaps.lastOpened.Load(); meta != nil {
 		a.f.SetAppliedIndex(meta.Index)

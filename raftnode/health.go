@@ -66,6 +66,9 @@ func (n *Node) Fault() error {
 		return &FaultError{[]error{ErrShutdown}}
 	}
 	var faults []error
+	if err := n.halter.halted(); err != nil {
+		faults = append(faults, err)
+	}
 	for _, w := range []*writeFault{&n.faults.append, &n.faults.delete, &n.faults.snapshot} {
 		if err := w.err(); err != nil {
 			faults = append(faults, err)

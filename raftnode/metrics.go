@@ -86,7 +86,7 @@ type Collector struct {
 	n *Node
 
 	state, term, commitIndex, appliedIndex, fsmAppliedIndex, lastIndex, lastSnapshotIndex,
-	lastSnapshotBytes, lastContact, voters, restores,
+	lastSnapshotBytes, lastContact, voters, restores, commandRules,
 	fault, logCacheBytes, logCacheEntries, logBytesSinceSnapshot,
 	topics, groups, members, offsets, nodes,
 	raftConns, raftConnsRefused, raftConnsIdleClosed, raftHandshakesRefused *prometheus.Desc
@@ -99,18 +99,20 @@ func newCollector(n *Node) *Collector {
 		return prometheus.NewDesc(name, help, labels, prometheus.Labels{"node_id": n.id})
 	}
 	return &Collector{
-		n:                     n,
-		state:                 d("cohort_raft_state", "1 for the node's current Raft state, 0 for the others.", "state"),
-		term:                  d("cohort_raft_term", "Current Raft term."),
-		commitIndex:           d("cohort_raft_commit_index", "Highest log index known to be committed."),
-		appliedIndex:          d("cohort_raft_applied_index", "Highest log index handed to the FSM."),
-		fsmAppliedIndex:       d("cohort_fsm_applied_index", "Index of the last command the FSM applied (or its restored snapshot)."),
-		lastIndex:             d("cohort_raft_last_log_index", "Index of the last entry in the node's log."),
-		lastSnapshotIndex:     d("cohort_raft_last_snapshot_index", "Index covered by the newest snapshot."),
-		lastSnapshotBytes:     d("cohort_raft_last_snapshot_size_bytes", "Size of the last snapshot this node persisted."),
-		lastContact:           d("cohort_raft_last_contact_seconds", "Seconds since a follower last heard from the leader (0 on the leader)."),
-		voters:                d("cohort_raft_voters", "Voters in the latest Raft configuration."),
-		restores:              d("cohort_raft_restores_total", "FSM restores from a snapshot since start."),
+		n:                 n,
+		state:             d("cohort_raft_state", "1 for the node's current Raft state, 0 for the others.", "state"),
+		term:              d("cohort_raft_term", "Current Raft term."),
+		commitIndex:       d("cohort_raft_commit_index", "Highest log index known to be committed."),
+		appliedIndex:      d("cohort_raft_applied_index", "Highest log index handed to the FSM."),
+		fsmAppliedIndex:   d("cohort_fsm_applied_index", "Index of the last command the FSM applied (or its restored snapshot)."),
+		lastIndex:         d("cohort_raft_last_log_index", "Index of the last entry in the node's log."),
+		lastSnapshotIndex: d("cohort_raft_last_snapshot_index", "Index covered by the newest snapshot."),
+		lastSnapshotBytes: d("cohort_raft_last_snapshot_size_bytes", "Size of the last snapshot this node persisted."),
+		lastContact:       d("cohort_raft_last_contact_seconds", "Seconds since a follower last heard from the leader (0 on the leader)."),
+		voters:            d("cohort_raft_voters", "Voters in the latest Raft configuration."),
+		restores:          d("cohort_raft_restores_total", "FSM restores from a snapshot since start."),
+		commandRules: d("cohort_command_rules", "Command rules: those this node writes entries under (the oldest any server applies) and the newest its binary applies.",
+			"kind"),
 		fault:                 d("cohort_raft_fault", "1 when the node is unfit to serve for this reason (Node.Fault, /readyz), 0 otherwise.", "fault"),
 		logCacheBytes:         d("cohort_raft_log_cache_bytes", "Bytes of log entries held by the in-memory log cache (bound: --raft-log-cache-bytes)."),
 		logCacheEntries:       d("cohort_raft_log_cache_entries", "Log entries held by the in-memory log cache."),
@@ -138,7 +140,7 @@ func (c *Collector) histograms() []prometheus.Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.state, c.term, c.commitIndex, c.appliedIndex, c.fsmAppliedIndex,
-		c.lastIndex, c.lastSnapshotIndex, c.lastSnapshotBytes, c.lastContact, c.voters, c.restores,
+		c.lastIndex, c.lastSnapshotIndex, c.lastSnapshotBytes, c.lastContact, c.voters, c.restores, c.commandRules,
 		c.fault, c.logCacheBytes, c.logCacheEntries, c.logBytesSinceSnapshot,
 		c.topics, c.groups, c.members, c.offsets, c.nodes, c.raftConns, c.raftConnsRefused, c.raftConnsIdleClosed, c.raftHandshakesRefused} {
 		ch <- d
@@ -178,6 +180,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.lastContact, n.now().Sub(lc).Seconds())
 	}
 	gauge(c.voters, float64(n.voterCount()))
+	gauge(c.commandRules, float64(n.CommandRules()), "writes")
+	gauge(c.commandRules, float64(n.MaxCommandRules()), "applies")
 	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(n.adapter.restores.Load()))
 	fault := n.Fault()
 	for _, f := range []struct {

@@ -51,6 +51,9 @@ type Node struct {
 
 	raft      *raft.Raft
 	transport *commitObservingTransport
+	// rules is the command rules proposals are stamped with (rules.go).
+	rules  atomic.Uint32
+	halter *halter
 	// testVerifyStarted, set by tests only, runs once each round of
 	// VerifyLeader has handed its check to raft.
 	testVerifyStarted func()
@@ -133,14 +136,23 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	n.faults.snapshot = writeFault{what: "raft snapshot", sentinel: ErrSnapshotFailing}
 	// bg exists before open: the log store's wrappers signal into it.
 	n.bg, n.stopBG = context.WithCancel(context.Background())
+	n.halter = &halter{onHalt: cfg.OnHalt, stop: n.bg.Done()}
+	n.rules.Store(1) // until the configuration and registry are read
+	if cfg.CommandRules != 0 {
+		if err := f.LimitRules(cfg.CommandRules); err != nil {
+			n.stopBG()
+			return nil, fmt.Errorf("raftnode config: %w", err)
+		}
+	}
 	if err := n.open(); err != nil {
 		n.stopBG()
 		n.closeResources()
 		return nil, err
 	}
-	n.bgWG.Add(2)
+	n.bgWG.Add(3)
 	go n.fanOutLeadership()
 	go n.runSnapshots()
+	go n.runRules()
 	return n, nil
 }
 
@@ -199,7 +211,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("check raft state in %s: %w", cfg.DataDir, err)
 	}
 
-	n.adapter = &fsmAdapter{f: n.fsm, snaps: snaps, metrics: n.metrics}
+	n.adapter = &fsmAdapter{f: n.fsm, snaps: snaps, metrics: n.metrics, halter: n.halter}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.id)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -227,6 +239,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.adapter.running.Store(true)
 	// Until now TLS peers were refused: there was no configuration to
 	// check them against.
 	stream.setConfigSource(func() (raft.Configuration, error) {
@@ -281,8 +294,8 @@ func (n *Node) Collector() *Collector { return newCollector(n) }
 
 // Apply proposes cmd through Raft and returns the FSM's result once the
 // entry is committed and applied on this node. It sets cmd.TimestampMs to
-// the leader's wall clock when it is 0, and cmd.Version to
-// fsm.CommandVersion (it modifies cmd).
+// the leader's wall clock when it is 0, and cmd.Version, when 0, to the
+// command rules every server applies (CommandRules; it modifies cmd).
 //
 // Errors: ErrNotLeader (not proposed; send it to the leader),
 // ErrLeadershipLost (outcome unknown; retry on the new leader), ErrShutdown,
@@ -295,7 +308,7 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult,
 		cmd.TimestampMs = start.UnixMilli()
 	}
 	if cmd.GetVersion() == 0 {
-		cmd.Version = fsm.CommandVersion
+		cmd.Version = n.rules.Load()
 	}
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {

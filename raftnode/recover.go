@@ -53,7 +53,11 @@ func RecoverAsSingleNode(dataDir, raftAddr string, log *slog.Logger) (nodeID str
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(nodeID)
 	rc.Logger = hlog
-	adapter := &fsmAdapter{f: fsm.New(), snaps: snaps, metrics: newMetrics()}
+	// An entry this binary cannot apply fails the recovery (the halter
+	// does not wait: the snapshot recovery takes is then refused).
+	stopped := make(chan struct{})
+	close(stopped)
+	adapter := &fsmAdapter{f: fsm.New(), snaps: snaps, metrics: newMetrics(), halter: &halter{stop: stopped}}
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(nodeID), Address: raft.ServerAddress(raftAddr)}}}
 	if err := raft.RecoverCluster(rc, adapter, store, store, snaps, trans, conf); err != nil {
 		return "", fmt.Errorf("recover the raft configuration in %s: %w", dataDir, err)

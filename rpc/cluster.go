@@ -91,7 +91,8 @@ func (s *ClusterService) Health(context.Context, *cohortv1.HealthRequest) (*coho
 // RegisterNode records a node's addresses in the replicated registry.
 func (s *ClusterService) RegisterNode(ctx context.Context, req *cohortv1.RegisterNodeRequest) (*cohortv1.RegisterNodeResponse, error) {
 	return admin(ctx, s, req, func() (*cohortv1.RegisterNodeResponse, error) {
-		idx, err := s.cl.Register(ctx, cluster.Registration{NodeID: req.GetNodeId(), GRPCAddress: req.GetGrpcAddress(), RaftAddress: req.GetRaftAddress()})
+		idx, err := s.cl.Register(ctx, cluster.Registration{NodeID: req.GetNodeId(), GRPCAddress: req.GetGrpcAddress(), RaftAddress: req.GetRaftAddress(),
+			MaxCommandVersion: req.GetMaxCommandVersion()})
 		return &cohortv1.RegisterNodeResponse{Index: idx}, err
 	})
 }

@@ -90,7 +90,8 @@ func (c *PeerClient) RegisterNode(ctx context.Context, addr string, reg cluster.
 	if err != nil {
 		return err
 	}
-	_, err = cl.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress})
+	_, err = cl.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress,
+		MaxCommandVersion: reg.MaxCommandVersion})
 	if err != nil {
 		return fmt.Errorf("register node %q at %s: %w", reg.NodeID, addr, fromStatus(err))
 	}

@@ -50,6 +50,10 @@ type options struct {
 
 const envPrefix = "COHORT_"
 
+// exitHalted is cohortd's exit status when its node met a log entry it
+// cannot apply (written under newer command rules: run a newer cohortd).
+const exitHalted = 3
+
 func newRootCommand() *cobra.Command {
 	o := options{raft: raftnode.DefaultConfig(), cluster: cluster.DefaultConfig(), grpcLimits: rpc.DefaultLimits()}
 	cmd := &cobra.Command{
@@ -227,6 +231,12 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	rc := o.raft
 	rc.Logger = log
 	rc.TLS, rc.TLSPermissive = sec.TLS, sec.Permissive
+	rc.OnHalt = func(err error) {
+		// The entry stays in the log for a newer binary; a process that
+		// exits is restarted by its supervisor, and says why each time.
+		log.Error("stopping: this node cannot apply the replicated log", "err", err)
+		os.Exit(exitHalted)
+	}
 	cc := o.cluster
 	cc.GRPCAdvertise = advertised(o.grpcAdvertise, grpcLis)
 	cc.Logger = log

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/cluster"
+	"github.com/cohortlabs/cohort/fsm"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -152,6 +153,21 @@ func Start(t testing.TB, size int, opts Options) *Cluster {
 		}
 	})
 	c.WaitServing()
+	// Every node states the command rules it applies when it registers;
+	// until the leader has them all it writes under rules 1
+	// (fsm/rules.go), and a test expects today's rules.
+	WaitFor(c.t, 30*time.Second, "the leader to write under the rules every node applies", func() (bool, string) {
+		l := c.Leader()
+		if l < 0 {
+			return false, "no leader"
+		}
+		want := uint32(fsm.CommandVersion)
+		for _, n := range c.Nodes {
+			want = min(want, n.Node.MaxCommandRules())
+		}
+		got := c.Nodes[l].Node.CommandRules()
+		return got == want, fmt.Sprintf("rules %d, want %d", got, want)
+	})
 	return c
 }
 

@@ -285,12 +285,16 @@ func (x *NodeInfoResponse) GetAutopilotEnabled() bool {
 }
 
 type RegisterNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress" json:"grpc_address,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress" json:"raft_address,omitempty"`
+	// The newest command rules (fsm.CommandVersion) the node's binary
+	// applies; 0 leaves what the registry holds. The leader writes entries
+	// under the oldest rules every server of the configuration applies.
+	MaxCommandVersion uint32 `protobuf:"varint,4,opt,name=max_command_version,json=maxCommandVersion" json:"max_command_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterNodeRequest) Reset() {
@@ -342,6 +346,13 @@ func (x *RegisterNodeRequest) GetRaftAddress() string {
 		return x.RaftAddress
 	}
 	return ""
+}
+
+func (x *RegisterNodeRequest) GetMaxCommandVersion() uint32 {
+	if x != nil {
+		return x.MaxCommandVersion
+	}
+	return 0
 }
 
 type RegisterNodeResponse struct {
@@ -2033,11 +2044,12 @@ const file_cohort_v1_cluster_proto_rawDesc = "" +
 	"\rapplied_index\x18\f \x01(\x04R\fappliedIndex\x12)\n" +
 	"\x10bootstrap_expect\x18\r \x01(\x05R\x0fbootstrapExpect\x12&\n" +
 	"\x0flast_contact_ms\x18\x0e \x01(\x03R\rlastContactMs\x12+\n" +
-	"\x11autopilot_enabled\x18\x0f \x01(\bR\x10autopilotEnabled\"t\n" +
+	"\x11autopilot_enabled\x18\x0f \x01(\bR\x10autopilotEnabled\"\xa4\x01\n" +
 	"\x13RegisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
-	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\",\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
+	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\",\n" +
 	"\x14RegisterNodeResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
 	"\rHealthRequest\"\xb0\x02\n" +

@@ -1663,12 +1663,16 @@ func (x *AddPartitions) GetPartitions() int32 {
 // RegisterNode records a Raft server's gRPC address so that followers can
 // forward requests to the leader.
 type RegisterNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	// The newest command rules the node applies; 0 keeps the registered
+	// value (a registration by an admin, or by a binary older than the
+	// field).
+	MaxCommandVersion uint32 `protobuf:"varint,4,opt,name=max_command_version,json=maxCommandVersion,proto3" json:"max_command_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterNode) Reset() {
@@ -1722,9 +1726,19 @@ func (x *RegisterNode) GetRaftAddress() string {
 	return ""
 }
 
+func (x *RegisterNode) GetMaxCommandVersion() uint32 {
+	if x != nil {
+		return x.MaxCommandVersion
+	}
+	return 0
+}
+
 type SnapshotHeader struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FormatVersion uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	// The newest command rules any entry applied into this state was written
+	// under: a binary that applies only older rules refuses the snapshot.
+	Rules         uint32 `protobuf:"varint,2,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1766,6 +1780,13 @@ func (x *SnapshotHeader) GetFormatVersion() uint32 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
+}
+
 type Member struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Spec       *MemberSpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -1773,9 +1794,12 @@ type Member struct {
 	Assignment *Assignment            `protobuf:"bytes,3,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	JoinedAtMs int64                  `protobuf:"varint,4,opt,name=joined_at_ms,json=joinedAtMs,proto3" json:"joined_at_ms,omitempty"`
 	// Order in which members joined the current round (for leader choice).
-	JoinSeq       int64 `protobuf:"varint,5,opt,name=join_seq,json=joinSeq,proto3" json:"join_seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	JoinSeq int64 `protobuf:"varint,5,opt,name=join_seq,json=joinSeq,proto3" json:"join_seq,omitempty"`
+	// What the member was assigned in the generation before the current one
+	// (command rules 2): it may still commit those partitions nobody owns now.
+	PreviousAssignment *Assignment `protobuf:"bytes,6,opt,name=previous_assignment,json=previousAssignment,proto3" json:"previous_assignment,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -1841,6 +1865,13 @@ func (x *Member) GetJoinSeq() int64 {
 		return x.JoinSeq
 	}
 	return 0
+}
+
+func (x *Member) GetPreviousAssignment() *Assignment {
+	if x != nil {
+		return x.PreviousAssignment
+	}
+	return nil
 }
 
 type Group struct {
@@ -2112,12 +2143,13 @@ func (x *Topic) GetPartitions() int32 {
 }
 
 type Node struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	NodeId            string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	GrpcAddress       string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	RaftAddress       string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	MaxCommandVersion uint32                 `protobuf:"varint,4,opt,name=max_command_version,json=maxCommandVersion,proto3" json:"max_command_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2169,6 +2201,13 @@ func (x *Node) GetRaftAddress() string {
 		return x.RaftAddress
 	}
 	return ""
+}
+
+func (x *Node) GetMaxCommandVersion() uint32 {
+	if x != nil {
+		return x.MaxCommandVersion
+	}
+	return 0
 }
 
 type SnapshotRecord struct {
@@ -2510,13 +2549,15 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
-	"partitions\"m\n" +
+	"partitions\"\x9d\x01\n" +
 	"\fRegisterNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
-	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\"7\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
+	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\"M\n" +
 	"\x0eSnapshotHeader\x12%\n" +
-	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\"\xc7\x01\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x14\n" +
+	"\x05rules\x18\x02 \x01(\rR\x05rules\"\x93\x02\n" +
 	"\x06Member\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.cohort.fsm.v1.MemberSpecR\x04spec\x12\x16\n" +
 	"\x06joined\x18\x02 \x01(\bR\x06joined\x129\n" +
@@ -2525,7 +2566,8 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"assignment\x12 \n" +
 	"\fjoined_at_ms\x18\x04 \x01(\x03R\n" +
 	"joinedAtMs\x12\x19\n" +
-	"\bjoin_seq\x18\x05 \x01(\x03R\ajoinSeq\"\xb7\x03\n" +
+	"\bjoin_seq\x18\x05 \x01(\x03R\ajoinSeq\x12J\n" +
+	"\x13previous_assignment\x18\x06 \x01(\v2\x19.cohort.fsm.v1.AssignmentR\x12previousAssignment\"\xb7\x03\n" +
 	"\x05Group\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rprotocol_type\x18\x02 \x01(\tR\fprotocolType\x12\x1a\n" +
@@ -2555,11 +2597,12 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
-	"partitions\"e\n" +
+	"partitions\"\x95\x01\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
-	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\"\x8a\x02\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
+	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\"\x8a\x02\n" +
 	"\x0eSnapshotRecord\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.cohort.fsm.v1.NodeH\x00R\x04node\x12,\n" +
 	"\x05topic\x18\x02 \x01(\v2\x14.cohort.fsm.v1.TopicH\x00R\x05topic\x12,\n" +
@@ -2661,18 +2704,19 @@ var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
 	16, // 22: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
 	7,  // 23: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
 	11, // 24: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
-	1,  // 25: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
-	25, // 26: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
-	29, // 27: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
-	28, // 28: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
-	26, // 29: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
-	27, // 30: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
-	3,  // 31: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	11, // 25: cohort.fsm.v1.Member.previous_assignment:type_name -> cohort.fsm.v1.Assignment
+	1,  // 26: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
+	25, // 27: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
+	29, // 28: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
+	28, // 29: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
+	26, // 30: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
+	27, // 31: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
+	3,  // 32: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_cohort_fsm_v1_fsm_proto_init() }

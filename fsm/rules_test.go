@@ -1,0 +1,183 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/cohortlabs/cohort/errcode"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// under stamps cmd with command rules v.
+func under(v uint32, cmd *fsmv1.Command) *fsmv1.Command {
+	cmd.Version = v
+	return cmd
+}
+
+func TestRules_AnEntryUnderNewerRulesIsNotApplied(t *testing.T) {
+	h := newHarness(t)
+	if err := h.f.LimitRules(1); err != nil {
+		t.Fatal(err)
+	}
+	if h.f.MaxRules() != 1 {
+		t.Fatalf("MaxRules %d after LimitRules(1)", h.f.MaxRules())
+	}
+	h.ok(under(1, at(1, createTopic{"t", 3})))
+	before, applied := snapshotBytes(t, h.f), h.f.AppliedIndex()
+	res := h.apply(under(2, at(2, createTopic{"u", 3})))
+	if !errors.Is(res.Err, ErrNewerRules) {
+		t.Fatalf("entry under rules 2 on an FSM that applies 1: %v, want ErrNewerRules", res.Err)
+	}
+	if !bytes.Equal(before, snapshotBytes(t, h.f)) || h.f.AppliedIndex() != applied {
+		t.Fatalf("the refused entry changed the state or moved the applied index (%d -> %d)", applied, h.f.AppliedIndex())
+	}
+	for _, v := range []uint32{0, CommandVersion + 1} {
+		if err := New().LimitRules(v); err == nil {
+			t.Fatalf("LimitRules(%d) accepted", v)
+		}
+	}
+	if New().MaxRules() != CommandVersion {
+		t.Fatalf("a new FSM applies rules up to %d, want CommandVersion %d", New().MaxRules(), CommandVersion)
+	}
+}
+
+func TestRules_RegistryKeepsEachNodesStatedRules(t *testing.T) {
+	h := newHarness(t)
+	h.ok(under(2, at(1, registerNode{"n1", "127.0.0.1:1", "127.0.0.1:2"})))
+	cmd := at(2, registerNode{"n1", "127.0.0.1:1", "127.0.0.1:2"})
+	cmd.GetRegisterNode().MaxCommandVersion = 2
+	h.ok(under(2, cmd))
+	// A registration that does not say (an admin's, an older binary's)
+	// keeps what the node said.
+	h.ok(under(2, at(3, registerNode{"n1", "127.0.0.1:5", "127.0.0.1:2"})))
+	if n := h.f.Nodes(); len(n) != 1 || n[0].MaxCommandVersion != 2 || n[0].GRPCAddress != "127.0.0.1:5" {
+		t.Fatalf("registry %+v, want n1 at 127.0.0.1:5 with rules 2", n)
+	}
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+		t.Fatal(err)
+	}
+	if n := restored.Nodes(); len(n) != 1 || n[0].MaxCommandVersion != 2 {
+		t.Fatalf("restored registry %+v lost the stated rules", n)
+	}
+}
+
+// Rules 2 (issue 13, finding 10): a group whose leader left names no
+// leader until its join completes; under rules 1 it named the member that
+// left, and a log written then replays so.
+func TestRules2_AGroupWhoseLeaderLeftNamesNoLeader(t *testing.T) {
+	for _, rules := range []uint32{1, 2} {
+		h := newHarness(t)
+		h.ok(under(rules, at(1, createTopic{"t", 4})))
+		h.ok(under(rules, at(2, join{group: "g", member: "a", topics: []string{"t"}, newMember: true})))
+		h.ok(under(rules, at(3, syncCmd{group: "g", generation: 1, member: "a", plan: plan{"a": {"t": {0, 1, 2, 3}}}})))
+		h.ok(under(rules, at(4, join{group: "g", member: "b", topics: []string{"t"}, newMember: true})))
+		h.ok(under(rules, at(5, join{group: "g", member: "a", topics: []string{"t"}})))
+		g := h.group("g")
+		if g.State != CompletingRebalance || g.LeaderID != "a" {
+			t.Fatalf("rules %d: setup: %s led by %q", rules, g.State, g.LeaderID)
+		}
+		h.ok(under(rules, at(6, remove{group: "g", members: []string{"a"}, reason: fsmv1.RemoveReason_REMOVE_REASON_LEAVE})))
+		g = h.group("g")
+		want := map[uint32]string{1: "a", 2: ""}[rules]
+		if g.State != PreparingRebalance || g.LeaderID != want {
+			t.Fatalf("rules %d: after the leader left: %s led by %q, want PreparingRebalance led by %q", rules, g.State, g.LeaderID, want)
+		}
+	}
+}
+
+// Rules 2 (issue 13, finding 7): the leader of a server-side group that
+// lost its JoinGroup answer and rejoins unchanged gets the generation's
+// answer again, like any member, instead of forcing a rebalance.
+func TestRules2_AServerSideLeadersUnchangedRejoinForcesNoRebalance(t *testing.T) {
+	for _, rules := range []uint32{1, 2} {
+		h := stableServerGroup(t, "a", "b")
+		g := h.group("g")
+		gen, leader := g.Generation, g.LeaderID
+		res := h.ok(under(rules, at(10, serverJoin("g", leader, []string{"sticky"}, "", false))))
+		g = res.Group
+		switch {
+		case rules == 2 && (g.State != Stable || g.Generation != gen):
+			t.Fatalf("rules 2: the leader's unchanged rejoin moved the group to %s, generation %d (was Stable, %d)", g.State, g.Generation, gen)
+		case rules == 1 && g.State != PreparingRebalance:
+			t.Fatalf("rules 1: the leader's unchanged rejoin left the group %s; a log written under rules 1 must replay as it was", g.State)
+		}
+	}
+}
+
+// Rules 2 (issue 13, finding 6): a cooperative member commits in its
+// revocation callback, after the sync that took the partitions away. The
+// member that owned a partition in the previous generation may commit it
+// while nobody owns it; once another member owns it, or from any other
+// member, the commit is NOT_OWNER. Under rules 1 it was always NOT_OWNER.
+func TestRules2_ThePreviousOwnerCommitsWhatItGaveUpWhileNobodyOwnsIt(t *testing.T) {
+	for _, rules := range []uint32{1, 2} {
+		h := newHarness(t)
+		ok := func(c isKind) *ApplyResult { return h.ok(under(rules, at(1, c))) }
+		ok(createTopic{"t", 2})
+		ok(join{group: "g", member: "a", topics: []string{"t"}, newMember: true})
+		ok(syncCmd{group: "g", generation: 1, member: "a", plan: plan{"a": {"t": {0, 1}}}})
+		ok(join{group: "g", member: "b", topics: []string{"t"}, newMember: true})
+		ok(join{group: "g", member: "a", topics: []string{"t"}})
+		// Generation 2, first cooperative round: a keeps 0 and gives up 1,
+		// which nobody gets yet.
+		ok(syncCmd{group: "g", generation: 2, member: "a", plan: plan{"a": {"t": {0}}, "b": {}}})
+		res := ok(commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{1}, offset: 7})
+		got := res.Partitions[0].Err
+		if rules == 1 {
+			wantCode(t, got, errcode.NotOwner)
+			continue
+		}
+		if got != nil {
+			t.Fatalf("rules 2: the previous owner's commit of a partition nobody owns: %v", got)
+		}
+		res = ok(commit{group: "g", generation: 2, member: "b", topic: "t", partitions: []int32{1}, offset: 8})
+		wantCode(t, res.Partitions[0].Err, errcode.NotOwner) // b never owned it
+		// Generation 3 hands partition 1 to b: a's commit of it is refused.
+		ok(join{group: "g", member: "a", topics: []string{"t"}})
+		ok(join{group: "g", member: "b", topics: []string{"t"}})
+		ok(syncCmd{group: "g", generation: 3, member: h.group("g").LeaderID, plan: plan{"a": {"t": {0}}, "b": {"t": {1}}}})
+		res = ok(commit{group: "g", generation: 3, member: "a", topic: "t", partitions: []int32{1}, offset: 9})
+		wantCode(t, res.Partitions[0].Err, errcode.NotOwner)
+		if v, _ := h.f.state.Offset("g", "t", 1); v.Offset != 7 {
+			t.Fatalf("offset of t/1 is %d, want 7", v.Offset)
+		}
+		// The previous assignments survive a snapshot.
+		restored := New()
+		if err := restored.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(snapshotBytes(t, restored), snapshotBytes(t, h.f)) {
+			t.Fatal("a restored state differs from the original")
+		}
+		g, _ := restored.Group("g")
+		if a, _ := g.Member("a"); !a.PreviousAssignment.Owns("t", 0) || a.PreviousAssignment.Owns("t", 1) {
+			t.Fatalf("restored member a's previous assignment %+v, want generation 2's (t/0)", a.PreviousAssignment)
+		}
+	}
+}
+
+func TestRules_ASnapshotOfNewerRulesIsRefused(t *testing.T) {
+	h := newHarness(t)
+	h.ok(under(2, at(1, createTopic{"t", 1})))
+	old := New()
+	if err := old.LimitRules(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Restore(bytes.NewReader(snapshotBytes(t, h.f))); !errors.Is(err, ErrNewerRules) {
+		t.Fatalf("restoring a snapshot of rules-2 entries with rules 1: %v, want ErrNewerRules", err)
+	}
+	if hasTopicIn(old, "t") {
+		t.Fatal("the refused snapshot was restored")
+	}
+	same := New()
+	if err := same.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+		t.Fatalf("restoring with rules 2: %v", err)
+	}
+}
+
+func hasTopicIn(f *FSM, name string) (ok bool) {
+	f.Read(func(s *State) { _, ok = s.Partitions(name) })
+	return ok
+}
