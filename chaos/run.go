@@ -53,6 +53,9 @@ type Options struct {
 	// near-budget and malformed requests, with budgets it can reach (and,
 	// with TLS, calls authorization must refuse).
 	Hostile bool
+	// NoMemberFaults turns off the groups workload's member faults
+	// (duplicated static members, JoinGroup calls cut at the barrier).
+	NoMemberFaults bool
 	// Plaintext runs the cluster without TLS (cohortd --insecure in netns
 	// mode). By default every node-to-node and client connection is mutual
 	// TLS: a CA made for the run, a certificate per node, the workloads'
@@ -248,6 +251,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	if o.Workload == "groups" || o.Workload == "both" {
 		grps = &workload.Groups{Endpoints: cl.Endpoints(), Rec: rec, Log: log, Seed: o.Seed, SessionTimeout: o.SessionTimeout, Creds: creds}
+		if o.NoMemberFaults {
+			grps.Duplicates, grps.CutJoins = -1, -1
+		}
 		if sched.FailoverOnly(o.SessionTimeout) {
 			// Sparse churn, so that a rebalance a failover caused stands out.
 			grps.LifetimeMin, grps.LifetimeMax = 30*time.Second, 90*time.Second

@@ -25,6 +25,8 @@ const (
 	NameDurability   = "durability"                // 5
 	NameFailover     = "failover-keeps-generation" // 6
 	NameLiveness     = "liveness"                  // 7
+	NameStatic       = "static-member-fencing"     // 8
+	NameCutJoins     = "cut-joins-keep-members"    // 9
 )
 
 // Anomaly kinds.
@@ -43,6 +45,9 @@ const (
 	KindUnexplainedRebal   = "unexplained-generation"
 	KindGroupNotStable     = "group-not-stable"
 	KindClientNotRecovered = "client-not-recovered"
+	KindZombieRejoined     = "zombie-rejoined"
+	KindZombieSurvived     = "zombie-survived"
+	KindCutLostMember      = "cut-join-lost-member"
 )
 
 // Anomaly is one violation, with the operations that show it.
@@ -107,6 +112,8 @@ func All(es []history.Entry, o Options) []Result {
 		Durability(es),
 		Failover(es, o),
 		Liveness(es, o),
+		StaticFencing(es),
+		CutJoins(es, o),
 	}
 }
 

@@ -3,6 +3,7 @@ package checker
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cohortlabs/cohort/chaos/history"
 )
@@ -289,5 +290,56 @@ func TestAll_RoundTripsThroughHistoryFile(t *testing.T) {
 	}
 	if rs := All(es, Options{}); !Valid(rs) {
 		t.Fatalf("healthy history judged invalid: %+v", rs)
+	}
+}
+
+func memberEvent(f, inc, instance, member string, at int64, note string) history.Entry {
+	return history.Entry{Type: history.TypeEvent, F: f, Group: "grp", Incarnation: inc, Instance: instance, Member: member, Start: at, Note: note}
+}
+
+// A duplicate of static instance i1: s#0 runs, s#1 starts with its instance
+// ID and joins; s#0 is fenced.
+func duplicated() []history.Entry {
+	return []history.Entry{
+		memberEvent(history.EvMemberStart, "s#0", "i1", "", 0, ""),
+		join("s#0", "m-a", "i1", 1, "m-a", 2*s, history.Member{Member: "m-a", Instance: "i1"}),
+		memberEvent(history.EvMemberDuplicate, "s#1", "i1", "", 5*s, ""),
+		join("s#1", "m-b", "i1", 1, "m-b", 6*s, history.Member{Member: "m-b", Instance: "i1"}),
+		memberEvent(history.EvZombieStopped, "s#0", "i1", "", 7*s, "FENCED_INSTANCE_ID: a newer instance replaced this one"),
+	}
+}
+
+func TestStaticFencing_AcceptsAFencedZombie(t *testing.T) {
+	r := StaticFencing(duplicated())
+	assertValid(t, r)
+	if r.Checked != 1 {
+		t.Fatalf("checked %d duplicates, want 1", r.Checked)
+	}
+	if r := StaticFencing(healthyGroup()); r.Skipped == "" {
+		t.Fatal("a history without duplicates was checked")
+	}
+}
+
+func TestStaticFencing_FlagsAZombieThatRejoinsOrSurvives(t *testing.T) {
+	es := append(duplicated(), join("s#0", "m-c", "i1", 2, "m-c", 9*s, history.Member{Member: "m-c", Instance: "i1"}))
+	assertFlags(t, StaticFencing(es), KindZombieRejoined)
+	es = duplicated()
+	es[len(es)-1] = memberEvent(history.EvZombieSurvived, "s#0", "i1", "", 25*s, "")
+	assertFlags(t, StaticFencing(es), KindZombieSurvived)
+}
+
+func TestCutJoins_FlagsARetryRefusedUnknownMember(t *testing.T) {
+	o := Options{SessionTimeout: 6 * time.Second}
+	cut := memberEvent(history.EvJoinCut, "d#0", "", "m-a", 10*s, "")
+	retry := join("d#0", "m-a", "", 3, "m-a", 12*s)
+	assertValid(t, CutJoins([]history.Entry{cut, retry}, o))
+	refused := retry
+	refused.Outcome, refused.Error = history.Fail, "rpc error: code = NotFound desc = UNKNOWN_MEMBER_ID: member m-a is not in group grp"
+	assertFlags(t, CutJoins([]history.Entry{cut, refused}, o), KindCutLostMember)
+	// A retry long after the cut says nothing: the session may have ended.
+	late := refused
+	late.Start, late.End = 20*s, 21*s
+	if r := CutJoins([]history.Entry{cut, late}, o); !r.Valid || r.Checked != 0 {
+		t.Fatalf("a retry 10 s after the cut: valid=%v checked=%d, want valid and nothing checked", r.Valid, r.Checked)
 	}
 }

@@ -146,8 +146,16 @@ func Liveness(es []history.Entry, o Options) Result {
 		recovered bool
 	}
 	procs := map[int]*proc{}
+	// A duplicated static member's older process is fenced for good: not
+	// expected back (checker 8 judges it).
+	zombies := map[int]bool{}
 	for _, e := range es {
-		if e.Type != history.TypeOp || e.F == history.FDescribe {
+		if e.Type == history.TypeEvent && (e.F == history.EvZombieStopped || e.F == history.EvZombieSurvived) {
+			zombies[e.Process] = true
+		}
+	}
+	for _, e := range es {
+		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] {
 			continue
 		}
 		p, ok := procs[e.Process]

@@ -56,8 +56,18 @@ const (
 	EvMemberLeave   = "member-leave"   // graceful leave (LeaveGroup)
 	EvMemberCrash   = "member-crash"   // stops without leaving
 	EvMemberRestart = "member-restart" // a static member comes back
-	EvFinalPhase    = "final-phase"    // every fault healed; final reads begin
-	EvEnd           = "end"            // the run's last moment
+	// A second process with a static member's instance ID starts while the
+	// first still runs (the first becomes a zombie that must be fenced).
+	EvMemberDuplicate = "member-duplicate"
+	// The zombie of a duplicate stopped (Note: why), or was still running
+	// after three session timeouts ("zombie-survived").
+	EvZombieStopped  = "zombie-stopped"
+	EvZombieSurvived = "zombie-survived"
+	// A member's JoinGroup was cut (its connection reset) while it waited
+	// at the join barrier.
+	EvJoinCut    = "join-cut"
+	EvFinalPhase = "final-phase" // every fault healed; final reads begin
+	EvEnd        = "end"         // the run's last moment
 
 	NemStart = "start"
 	NemStop  = "stop"

@@ -42,12 +42,20 @@ type Groups struct {
 	LifetimeMin, LifetimeMax time.Duration
 	// CommitEvery is the pause between a member's commits (default 300 ms).
 	CommitEvery time.Duration
+	// Member faults. Duplicates is the chance that a static incarnation,
+	// at the end of its life, is not stopped but joined by a second
+	// process with its instance ID (it becomes a zombie the group must
+	// fence: KIP-345); CutJoins the chance that a rejoin's JoinGroup is cut
+	// (its connection reset) while it waits at the join barrier. Defaults
+	// 0.25 and 0.2; negative: never.
+	Duplicates, CutJoins float64
 
 	procs   atomic.Int64
 	offsets sync.Map // history.Key → *atomic.Int64, the next offset of a partition
 	churn   atomic.Bool
 	mu      sync.Mutex
 	live    map[string]*incarnation // slot → current incarnation
+	zombies sync.WaitGroup          // duplicated incarnations still running
 }
 
 type incarnation struct {
@@ -57,6 +65,24 @@ type incarnation struct {
 	crashed                     atomic.Bool
 	mu                          sync.Mutex
 	owned                       []client.TopicPartition
+	rng                         *rand.Rand // for the interceptor's faults, under mu
+}
+
+// cutAfter is how long a JoinGroup chosen to be cut runs first: half the
+// cuts come 5–50 ms in, while its entry is being committed (the entry is
+// applied after its caller left: the engine must follow it all the same),
+// the others 500 ms in, when it waits at the barrier. ok is false when the
+// call is not to be cut.
+func (inc *incarnation) cutAfter(p float64) (d time.Duration, ok bool) {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	if inc.rng.Float64() >= p {
+		return 0, false
+	}
+	if inc.rng.IntN(2) == 0 {
+		return 5*time.Millisecond + time.Duration(inc.rng.Int64N(int64(45*time.Millisecond))), true
+	}
+	return 500 * time.Millisecond, true
 }
 
 func (w *Groups) defaults() {
@@ -77,6 +103,12 @@ func (w *Groups) defaults() {
 	}
 	if w.CommitEvery == 0 {
 		w.CommitEvery = 300 * time.Millisecond
+	}
+	if w.Duplicates == 0 {
+		w.Duplicates = 0.25
+	}
+	if w.CutJoins == 0 {
+		w.CutJoins = 0.2
 	}
 	w.mu.Lock()
 	if w.live == nil {
@@ -121,6 +153,7 @@ func (w *Groups) Run(ctx context.Context) {
 		}
 	}
 	wg.Wait()
+	w.zombies.Wait()
 }
 
 func (w *Groups) event(f, group, instance, name string, proc int, note string) {
@@ -132,16 +165,23 @@ func (w *Groups) event(f, group, instance, name string, proc int, note string) {
 func (w *Groups) slot(ctx context.Context, rng *rand.Rand, slot, group, instance string) {
 	// Stagger the first joins a little.
 	sleep(ctx, time.Duration(rng.Int64N(int64(2*time.Second))))
+	how := ""
 	for n := 0; ctx.Err() == nil; n++ {
 		inc := &incarnation{slot: slot, group: group, instance: instance, name: fmt.Sprintf("%s#%d", slot, n),
-			proc: 1000 + int(w.procs.Add(1))}
+			proc: 1000 + int(w.procs.Add(1)), rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
 		ev := history.EvMemberStart
-		if n > 0 && instance != "" {
+		switch {
+		case how == history.EvMemberDuplicate:
+			ev = history.EvMemberDuplicate
+		case n > 0 && instance != "":
 			ev = history.EvMemberRestart
 		}
-		how := w.incarnate(ctx, rng, inc, ev)
+		how = w.incarnate(ctx, rng, inc, ev)
 		if ctx.Err() != nil {
 			return
+		}
+		if how == history.EvMemberDuplicate {
+			continue // the second process starts at once
 		}
 		// A static member restarts within its session timeout; others come
 		// back after a pause.
@@ -204,7 +244,12 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 	}()
 	w.event(ev, inc.group, inc.instance, inc.name, inc.proc, "")
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
+	zombie := false
+	defer func() {
+		if !zombie {
+			stop()
+		}
+	}()
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(runCtx) }()
 	var commits sync.WaitGroup
@@ -232,10 +277,20 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 				continue
 			}
 			done = true
-			if rng.IntN(2) == 0 {
+			switch {
+			case inc.instance != "" && rng.Float64() < w.Duplicates:
+				how = history.EvMemberDuplicate
+			case rng.IntN(2) == 0:
 				how = history.EvMemberCrash
 			}
 		}
+	}
+	if how == history.EvMemberDuplicate {
+		// This process keeps running; the slot's next incarnation, with
+		// the same instance ID, must fence it.
+		zombie = true
+		w.zombies.Go(func() { w.watchZombie(ctx, inc, ran, stop, &commits) })
+		return how
 	}
 	if how == history.EvMemberCrash {
 		// The process dies: nothing more leaves it, not even a LeaveGroup.
@@ -254,6 +309,33 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 	<-ran
 	w.event(history.EvMemberLeave, inc.group, inc.instance, inc.name, inc.proc, "")
 	return how
+}
+
+// watchZombie waits for a duplicated incarnation to stop by itself (the
+// group fences it: FENCED_INSTANCE_ID is fatal to the client) and records
+// how it ended; one still running after three session timeouts is
+// recorded as having survived, and crashed.
+func (w *Groups) watchZombie(ctx context.Context, inc *incarnation, ran <-chan error, stop context.CancelFunc, commits *sync.WaitGroup) {
+	limit := time.NewTimer(3 * w.SessionTimeout)
+	defer limit.Stop()
+	ev, note := history.EvZombieStopped, ""
+	select {
+	case err := <-ran:
+		note = errString(err)
+		stop()
+		commits.Wait()
+	case <-limit.C:
+		ev = history.EvZombieSurvived
+	case <-ctx.Done():
+		note = "run ended"
+	}
+	if ev == history.EvZombieSurvived || note == "run ended" {
+		inc.crashed.Store(true)
+		stop()
+		commits.Wait()
+		<-ran
+	}
+	w.event(ev, inc.group, inc.instance, inc.name, inc.proc, note)
 }
 
 // committer commits the next offset of every owned partition, over and
@@ -289,65 +371,96 @@ func (w *Groups) interceptor(inc *incarnation) grpc.UnaryClientInterceptor {
 			return errCrashed
 		}
 		start := w.Rec.Now()
+		if j, ok := req.(*cohortv1.JoinGroupRequest); ok && j.GetMemberId() != "" {
+			if after, cut := inc.cutAfter(w.CutJoins); cut {
+				return w.cutJoin(ctx, inc, start, after, j, method, reply, cc, invoker, opts)
+			}
+		}
 		var c call
 		err := invoker(ctx, method, req, reply, cc, append(opts, c.options()...)...)
-		if inc.crashed.Load() && err == nil {
-			// Answered after the crash: the dead process never saw it.
-			return errCrashed
+		return w.record(inc, start, &c, cc, req, reply, err)
+	}
+}
+
+// cutJoin sends a JoinGroup and resets its connection after the given
+// time, if it has not been answered by then: the client sees a transport
+// error and retries.
+func (w *Groups) cutJoin(ctx context.Context, inc *incarnation, start int64, after time.Duration, j *cohortv1.JoinGroupRequest,
+	method string, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	var c call
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(after, cancel)
+	err := invoker(cctx, method, j, reply, cc, append(opts, c.options()...)...)
+	if timer.Stop() {
+		return w.record(inc, start, &c, cc, j, reply, err) // answered in time
+	}
+	w.Rec.Add(history.Entry{Type: history.TypeOp, F: history.FJoin, Process: inc.proc, Start: start, End: w.Rec.Now(),
+		Node: cc.Target(), Group: inc.group, Instance: inc.instance, Incarnation: inc.name, Member: j.GetMemberId(),
+		Outcome: history.Info, Error: "cut by the chaos client"})
+	w.Rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvJoinCut, Group: inc.group, Instance: inc.instance,
+		Incarnation: inc.name, Process: inc.proc, Member: j.GetMemberId(), Start: w.Rec.Now(), Note: after.String()})
+	return status.Error(codes.Unavailable, "chaos: JoinGroup connection cut "+after.String()+" in")
+}
+
+// record adds one group call to the history and returns its error.
+func (w *Groups) record(inc *incarnation, start int64, c *call, cc *grpc.ClientConn, req, reply any, err error) error {
+	if inc.crashed.Load() && err == nil {
+		// Answered after the crash: the dead process never saw it.
+		return errCrashed
+	}
+	e := history.Entry{Type: history.TypeOp, Process: inc.proc, Start: start, End: w.Rec.Now(), Node: cc.Target(),
+		Group: inc.group, Instance: inc.instance, Incarnation: inc.name}
+	e.Outcome, e.Error = classify(err, c), errString(err)
+	switch r := req.(type) {
+	case *cohortv1.JoinGroupRequest:
+		e.F = history.FJoin
+		e.Member = r.GetMemberId()
+		if resp, ok := reply.(*cohortv1.JoinGroupResponse); ok && err == nil {
+			e.Member, e.Generation, e.Leader = resp.GetMemberId(), resp.GetGeneration(), resp.GetLeaderId()
+			for _, jm := range resp.GetMembers() {
+				e.Members = append(e.Members, history.Member{Member: jm.GetMemberId(), Instance: jm.GetInstanceId()})
+			}
 		}
-		e := history.Entry{Type: history.TypeOp, Process: inc.proc, Start: start, End: w.Rec.Now(), Node: cc.Target(),
-			Group: inc.group, Instance: inc.instance, Incarnation: inc.name}
-		e.Outcome, e.Error = classify(err, &c), errString(err)
-		switch r := req.(type) {
-		case *cohortv1.JoinGroupRequest:
-			e.F = history.FJoin
-			e.Member = r.GetMemberId()
-			if resp, ok := reply.(*cohortv1.JoinGroupResponse); ok && err == nil {
-				e.Member, e.Generation, e.Leader = resp.GetMemberId(), resp.GetGeneration(), resp.GetLeaderId()
-				for _, jm := range resp.GetMembers() {
-					e.Members = append(e.Members, history.Member{Member: jm.GetMemberId(), Instance: jm.GetInstanceId()})
-				}
-			}
-		case *cohortv1.SyncGroupRequest:
-			e.F, e.Member, e.Generation = history.FSync, r.GetMemberId(), r.GetGeneration()
-			for _, ma := range r.GetAssignments() {
-				e.Plan = append(e.Plan, history.Member{Member: ma.GetMemberId(), Assignment: partitions(ma.GetAssignment())})
-			}
-			if resp, ok := reply.(*cohortv1.SyncGroupResponse); ok && err == nil {
-				e.Assignment = partitions(resp.GetAssignment())
-			}
-			if err != nil {
-				e.Plan = nil
-			}
-		case *cohortv1.HeartbeatRequest:
-			e.F, e.Member, e.Generation = "heartbeat", r.GetMemberId(), r.GetGeneration()
-		case *cohortv1.OffsetCommitRequest:
-			e.F, e.Member, e.Generation = history.FCommit, r.GetMemberId(), r.GetGeneration()
-			results := map[history.Partition]*cohortv1.OffsetCommitPartitionResult{}
-			if resp, ok := reply.(*cohortv1.OffsetCommitResponse); ok && err == nil {
-				for _, p := range resp.GetPartitions() {
-					results[history.Partition{Topic: p.GetTopic(), Partition: p.GetPartition()}] = p
-				}
-			}
-			for _, o := range r.GetOffsets() {
-				p := history.Partition{Topic: o.GetTopic(), Partition: o.GetPartition()}
-				pc := history.PartitionCommit{Partition: p, Offset: o.GetOffset(), Outcome: e.Outcome}
-				if res, ok := results[p]; ok && res.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
-					pc.Outcome, pc.Error = history.Fail, res.GetError().String()
-				}
-				e.Commits = append(e.Commits, pc)
-			}
-		case *cohortv1.LeaveGroupRequest:
-			e.F = "leave"
-			if ms := r.GetMembers(); len(ms) > 0 {
-				e.Member = ms[0].GetMemberId()
-			}
-		default:
-			return err
+	case *cohortv1.SyncGroupRequest:
+		e.F, e.Member, e.Generation = history.FSync, r.GetMemberId(), r.GetGeneration()
+		for _, ma := range r.GetAssignments() {
+			e.Plan = append(e.Plan, history.Member{Member: ma.GetMemberId(), Assignment: partitions(ma.GetAssignment())})
 		}
-		w.Rec.Add(e)
+		if resp, ok := reply.(*cohortv1.SyncGroupResponse); ok && err == nil {
+			e.Assignment = partitions(resp.GetAssignment())
+		}
+		if err != nil {
+			e.Plan = nil
+		}
+	case *cohortv1.HeartbeatRequest:
+		e.F, e.Member, e.Generation = "heartbeat", r.GetMemberId(), r.GetGeneration()
+	case *cohortv1.OffsetCommitRequest:
+		e.F, e.Member, e.Generation = history.FCommit, r.GetMemberId(), r.GetGeneration()
+		results := map[history.Partition]*cohortv1.OffsetCommitPartitionResult{}
+		if resp, ok := reply.(*cohortv1.OffsetCommitResponse); ok && err == nil {
+			for _, p := range resp.GetPartitions() {
+				results[history.Partition{Topic: p.GetTopic(), Partition: p.GetPartition()}] = p
+			}
+		}
+		for _, o := range r.GetOffsets() {
+			p := history.Partition{Topic: o.GetTopic(), Partition: o.GetPartition()}
+			pc := history.PartitionCommit{Partition: p, Offset: o.GetOffset(), Outcome: e.Outcome}
+			if res, ok := results[p]; ok && res.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+				pc.Outcome, pc.Error = history.Fail, res.GetError().String()
+			}
+			e.Commits = append(e.Commits, pc)
+		}
+	case *cohortv1.LeaveGroupRequest:
+		e.F = "leave"
+		if ms := r.GetMembers(); len(ms) > 0 {
+			e.Member = ms[0].GetMemberId()
+		}
+	default:
 		return err
 	}
+	w.Rec.Add(e)
+	return err
 }
 
 func partitions(a *cohortv1.Assignment) []history.Partition {

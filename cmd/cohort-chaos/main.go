@@ -46,6 +46,7 @@ func run() int {
 	fs.StringVar(&o.Nemesis, "nemesis", "mixed", "fault kinds or groups, comma-separated: "+strings.Join(nemesis.AllKinds, ", ")+
 		"; groups: kill, pause, partition, membership, leader, mixed, none")
 	fs.StringVar(&o.Workload, "workload", "both", "offsets, groups or both")
+	fs.BoolVar(&o.NoMemberFaults, "no-member-faults", false, "groups workload without its member faults: a second process taking a static member's instance ID while the first runs, JoinGroup calls cut while parked at the barrier")
 	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run, and with TLS calls authorization must refuse (every one must be refused as promised)")
 	fs.BoolVar(&useTLS, "tls", true, "run the cluster with mutual TLS on every node-to-node and client connection (a CA and certificates made for the run); --tls=false runs plaintext")
 	fs.Uint64Var(&seed, "seed", 0, "schedule seed (0: drawn from the clock; printed either way)")
