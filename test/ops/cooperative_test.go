@@ -57,22 +57,12 @@ func TestProcess_CooperativeCommitInOnRevoked(t *testing.T) {
 		first   *client.Member
 	)
 	member := func(name string, onRevoked func(context.Context, []client.TopicPartition)) *client.Member {
-		m, err := client.NewMember(client.Config{
+		return runMember(t, client.Config{
 			Endpoints: endpoints, GroupID: "billing", Topics: []string{"orders"}, ClientID: name,
 			Protocols:      []string{"cooperative-sticky"},
 			SessionTimeout: session, RebalanceTimeout: 30 * time.Second, HeartbeatInterval: session / 5,
 			OnRevoked: onRevoked,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = m.Run(context.Background()) }()
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = m.Close(ctx)
-		})
-		return m
 	}
 	first = member("first", func(ctx context.Context, r []client.TopicPartition) {
 		time.Sleep(3 * session)

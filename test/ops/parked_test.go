@@ -60,6 +60,22 @@ func (d *cuttableDialer) unblock() {
 	d.blocked = false
 }
 
+// runMember starts a member of cfg and closes it when the test ends.
+func runMember(t *testing.T, cfg client.Config) *client.Member {
+	t.Helper()
+	m, err := client.NewMember(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
+	})
+	return m
+}
+
 // parkedJoins reads cohort_group_parked_calls{kind="join"} from a node's
 // /metrics.
 func parkedJoins(httpAddr string) (int, error) {
@@ -91,22 +107,12 @@ func TestProcess_ParkedJoinCut_MemberKeepsItsID(t *testing.T) {
 	c.mustCtl("topics", "create", "orders", "--partitions", "4")
 	endpoints := c.grpcAddrs("n1", "n2", "n3")
 	member := func(name string, session time.Duration, d *cuttableDialer) *client.Member {
-		m, err := client.NewMember(client.Config{
+		return runMember(t, client.Config{
 			Endpoints: endpoints, GroupID: "billing", Topics: []string{"orders"}, ClientID: name,
 			SessionTimeout: session, RebalanceTimeout: 30 * time.Second, HeartbeatInterval: session / 5,
 			RetryBackoffMin: 50 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 			DialOptions: []grpc.DialOption{grpc.WithContextDialer(d.dial)},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = m.Run(context.Background()) }()
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = m.Close(ctx)
-		})
-		return m
 	}
 	aNet, bNet, cNet := &cuttableDialer{}, &cuttableDialer{}, &cuttableDialer{}
 	a := member("a", 2*time.Second, aNet)

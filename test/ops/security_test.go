@@ -368,15 +368,10 @@ func TestProcess_Authz_EveryMutatingRPC_NeedsItsRole(t *testing.T) {
 
 	// A group with a member that committed, made by the client principal.
 	c.mustCtl("topics", "create", "t", "--partitions", "2")
-	m, err := client.NewMember(client.Config{
+	m := runMember(t, client.Config{
 		Endpoints: []string{leader}, GroupID: "g", Topics: []string{"t"}, Credentials: c.creds("client"),
 		SessionTimeout: 30 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = m.Run(context.Background()) }()
-	defer func() { _ = m.Close(context.Background()) }()
 	proc.WaitFor(t, 30*time.Second, "the client member holds both partitions", func() (bool, string) {
 		return len(m.Assignment()) == 2, fmt.Sprint(m.Assignment())
 	})
@@ -494,7 +489,7 @@ func TestProcess_Authz_EveryMutatingRPC_NeedsItsRole(t *testing.T) {
 	join := &cohortv1.JoinGroupRequest{GroupId: "spoof", ProtocolType: "consumer", Topics: []string{"t"},
 		SessionTimeoutMs: 30000, RebalanceTimeoutMs: 10000, Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}}
 	gc := cohortv1.NewGroupCoordinatorClient(c.conn(leader, "client"))
-	_, err = gc.JoinGroup(spoof, join)
+	_, err := gc.JoinGroup(spoof, join)
 	if join.MemberId = memberIDRequired(err); join.MemberId == "" {
 		t.Fatalf("first JoinGroup: %v, want MEMBER_ID_REQUIRED with an ID", err)
 	}
