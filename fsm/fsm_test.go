@@ -375,6 +375,31 @@ func TestExpireOffsets_OnlyEmptyGroupsAfterRetention(t *testing.T) {
 	h.refused(at(2021, expire(0)), errcode.InvalidArgument)
 }
 
+// Retention counts from the later of the commit and the moment the group
+// went empty (KIP-211): an offset committed long ago by a member of a group
+// that emptied recently is kept for the whole retention after the group
+// emptied, and the group with it.
+func TestExpireOffsets_CountFromWhenTheGroupWentEmpty(t *testing.T) {
+	t.Parallel()
+	h := stableGroup(t)
+	h.ok(at(10, commit{group: "g", generation: 2, member: "a", topic: "t", partitions: []int32{0}, offset: 1}))
+	h.ok(at(50_000, remove{group: "g", members: []string{"a", "b"}, reason: fsmv1.RemoveReason_REMOVE_REASON_LEAVE}))
+	if g := h.group("g"); g.State != Empty || g.StateChangedMs != 50_000 {
+		t.Fatalf("after both left: %s since %d, want Empty since 50000", g.State, g.StateChangedMs)
+	}
+	h.ok(at(60_000, expire(20_000))) // 59,990 ms after the commit, 10,000 after the group emptied
+	if _, ok := h.f.state.Offset("g", "t", 0); !ok {
+		t.Fatal("an offset expired 10 s after its group went empty, with a retention of 20 s (counted from the commit)")
+	}
+	h.ok(at(70_000, expire(20_000)))
+	if _, ok := h.f.state.Offset("g", "t", 0); ok {
+		t.Fatal("the offset outlived the retention counted from when its group went empty")
+	}
+	if _, ok := h.f.Group("g"); ok {
+		t.Fatal("the empty group without offsets was kept")
+	}
+}
+
 func TestTopics_ChangesRebalanceSubscribersAndDropOffsets(t *testing.T) {
 	t.Parallel()
 	h := stableGroup(t)
