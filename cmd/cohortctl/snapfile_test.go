@@ -125,13 +125,17 @@ func TestSnapFile_Finish_RefusesStreamThatDoesNotMatchItsTrailer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Write([]byte("abc"))
-	sum := sha256.Sum256([]byte("abd"))
-	if err := w.finish(&cohortv1.SnapshotTrailer{Size: 3, Sha256: sum[:]}); err == nil {
-		t.Fatal("a wrong checksum was accepted")
+	if _, err := w.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
 	}
-	if err := w.finish(&cohortv1.SnapshotTrailer{Size: 4}); err == nil {
-		t.Fatal("a wrong size was accepted")
+	// Each check on its own: the other field matches the data.
+	right := sha256.Sum256([]byte("abc"))
+	wrong := sha256.Sum256([]byte("abd"))
+	if err := w.finish(&cohortv1.SnapshotTrailer{Size: 3, Sha256: wrong[:]}); err == nil || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("a wrong checksum with the right size: %v, want a SHA-256 mismatch", err)
+	}
+	if err := w.finish(&cohortv1.SnapshotTrailer{Size: 4, Sha256: right[:]}); err == nil || !strings.Contains(err.Error(), "received 3 bytes") {
+		t.Fatalf("a wrong size with the right checksum: %v, want a size mismatch", err)
 	}
 }
 
