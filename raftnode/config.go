@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/auth"
-	"github.com/cohortlabs/cohort/fsm"
 	"github.com/hashicorp/raft"
 )
 
@@ -177,10 +176,6 @@ type Config struct {
 	// own layers (fault tracking, the cache): a test hook to inject write
 	// failures such as ENOSPC. Nil in production.
 	WrapLogStore func(raft.LogStore) raft.LogStore
-	// CommandRules, when not 0, makes the node apply command rules up to
-	// this version only, as an older binary would (1 to
-	// fsm.CommandVersion): for tests of rolling upgrades.
-	CommandRules uint32
 	// OnHalt is called when the node meets a log entry it cannot apply (one
 	// written under command rules newer than its binary knows): it stops
 	// applying, reports the error as a Fault, and calls OnHalt, which
@@ -294,9 +289,6 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotThreshold == 0 || c.TrailingLogs == 0 {
 		errs = append(errs, fmt.Errorf("snapshot threshold %d, trailing logs %d: must be positive", c.SnapshotThreshold, c.TrailingLogs))
-	}
-	if c.CommandRules > fsm.CommandVersion {
-		errs = append(errs, fmt.Errorf("command rules %d: this binary knows 1 to %d", c.CommandRules, fsm.CommandVersion))
 	}
 	if c.MaxAppendEntries < 1 || c.MaxAppendEntries > 1024 {
 		errs = append(errs, fmt.Errorf("max append entries %d: must be between 1 and 1024", c.MaxAppendEntries))

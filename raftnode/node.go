@@ -138,12 +138,6 @@ func New(cfg Config, f *fsm.FSM) (*Node, error) {
 	n.bg, n.stopBG = context.WithCancel(context.Background())
 	n.halter = &halter{onHalt: cfg.OnHalt, stop: n.bg.Done()}
 	n.rules.Store(1) // until the configuration and registry are read
-	if cfg.CommandRules != 0 {
-		if err := f.LimitRules(cfg.CommandRules); err != nil {
-			n.stopBG()
-			return nil, fmt.Errorf("raftnode config: %w", err)
-		}
-	}
 	if err := n.open(); err != nil {
 		n.stopBG()
 		n.closeResources()
