@@ -318,21 +318,21 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 func (w *Groups) watchZombie(ctx context.Context, inc *incarnation, ran <-chan error, stop context.CancelFunc, commits *sync.WaitGroup) {
 	limit := time.NewTimer(3 * w.SessionTimeout)
 	defer limit.Stop()
-	ev, note := history.EvZombieStopped, ""
+	ev, note, kill := history.EvZombieStopped, "", false
 	select {
 	case err := <-ran:
 		note = errString(err)
-		stop()
-		commits.Wait()
 	case <-limit.C:
-		ev = history.EvZombieSurvived
+		ev, kill = history.EvZombieSurvived, true
 	case <-ctx.Done():
-		note = "run ended"
+		note, kill = "run ended", true
 	}
-	if ev == history.EvZombieSurvived || note == "run ended" {
+	if kill {
 		inc.crashed.Store(true)
-		stop()
-		commits.Wait()
+	}
+	stop()
+	commits.Wait()
+	if kill {
 		<-ran
 	}
 	w.event(ev, inc.group, inc.instance, inc.name, inc.proc, note)
