@@ -467,12 +467,7 @@ func (m *Member) heartbeatUntilRebalance(ctx context.Context) (lost bool, err er
 		case <-t.C:
 		case <-m.heartbeatNow:
 		}
-		m.mu.Lock()
-		req := &cohortv1.HeartbeatRequest{
-			GroupId: m.cfg.GroupID, Generation: m.generation,
-			MemberId: m.memberID, InstanceId: m.cfg.InstanceID,
-		}
-		m.mu.Unlock()
+		req := m.heartbeatRequest()
 		_, err = m.groups.Heartbeat(ctx, req)
 		switch {
 		case err == nil:
@@ -511,11 +506,7 @@ func (m *Member) revoke(ctx context.Context) {
 // (the group started rebalancing, say) makes the heartbeat loop ask again
 // as soon as the callback is done.
 func (m *Member) callback(ctx context.Context, fn func()) {
-	m.mu.Lock()
-	req := &cohortv1.HeartbeatRequest{
-		GroupId: m.cfg.GroupID, Generation: m.generation, MemberId: m.memberID, InstanceId: m.cfg.InstanceID,
-	}
-	m.mu.Unlock()
+	req := m.heartbeatRequest()
 	if req.MemberId == "" || req.Generation == NoGeneration {
 		fn()
 		return
@@ -533,16 +524,32 @@ func (m *Member) callback(ctx context.Context, fn func()) {
 			case <-t.C:
 			}
 			if _, err := m.groups.Heartbeat(hctx, req); err != nil && hctx.Err() == nil {
-				select {
-				case m.heartbeatNow <- struct{}{}:
-				default:
-				}
+				m.pokeHeartbeat()
 			}
 		}
 	}()
 	fn()
 	stop()
 	<-done
+}
+
+// heartbeatRequest is a Heartbeat for the member's current ID and
+// generation.
+func (m *Member) heartbeatRequest() *cohortv1.HeartbeatRequest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return &cohortv1.HeartbeatRequest{
+		GroupId: m.cfg.GroupID, Generation: m.generation, MemberId: m.memberID, InstanceId: m.cfg.InstanceID,
+	}
+}
+
+// pokeHeartbeat asks the heartbeat loop to check the member's standing at
+// once (it never blocks: one pending ask is enough).
+func (m *Member) pokeHeartbeat() {
+	select {
+	case m.heartbeatNow <- struct{}{}:
+	default:
+	}
 }
 
 // revokeLost revokes everything a cooperative member still holds once its
@@ -612,10 +619,7 @@ func (m *Member) Commit(ctx context.Context, offsets []PartitionOffset) error {
 	resp, err := m.groups.OffsetCommit(ctx, req)
 	if err != nil {
 		if errors.Is(err, ErrRebalanceInProgress) || errors.Is(err, ErrIllegalGeneration) || errors.Is(err, ErrUnknownMemberID) {
-			select {
-			case m.heartbeatNow <- struct{}{}:
-			default:
-			}
+			m.pokeHeartbeat()
 		}
 		return fmt.Errorf("cohort: commit %d offset(s) to group %q generation %d as %q: %w", len(offsets), m.cfg.GroupID, gen, id, err)
 	}
