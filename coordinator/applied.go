@@ -94,9 +94,8 @@ func (q *appliedQueue) take() []appliedEntry {
 
 // followApplied observes every applied entry until ctx ends. Run sets
 // following before it starts it, so no entry applied after Run began is
-// dropped. While this
-// node does not serve as leader the entries are dropped: a new leader
-// rebuilds from the FSM when it starts serving.
+// dropped. While this node does not serve as leader the entries are
+// dropped: a new leader rebuilds from the FSM when it starts serving.
 func (e *Engine) followApplied(ctx context.Context) {
 	for {
 		select {

@@ -21,10 +21,12 @@ import (
 // write acknowledged before): a read that finds the node in another term,
 // when it arrives or after its round, is answered NOT_LEADER. (A node can
 // lose leadership and win it again before the engine hears of either;
-// its commit index may then lag the new term's.) Rounds are shared: every read arriving while one round is in
-// flight waits for the next round, which starts as soon as the current one
-// ends; a round that started before a read arrived cannot vouch for it (a
-// newer leader may have committed in between).
+// its commit index may then lag the new term's.)
+//
+// Rounds are shared: every read arriving while one round is in flight
+// waits for the next round, which starts as soon as the current one ends;
+// a round that started before a read arrived cannot vouch for it (a newer
+// leader may have committed in between).
 //
 // A round lasts as long as some read waits for it: each read bounds its own
 // wait with its context, and the round's VerifyLeader is cancelled once the
