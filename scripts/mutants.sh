@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The mutation suite: each test/mutants/NAME.patch is a small, realistic bug
+# (what a reviewer fears most) with the tests and chaos schedules that must
+# catch it. `run` applies each to a scratch copy of the tree and fails unless
+# every test it names fails and every chaos schedule it names reports the run
+# INVALID. A surviving mutant means a test that passes on a broken build.
+#
+#   scripts/mutants.sh run [--no-chaos] [--baseline] [NAME...]  # all when no NAME
+#   scripts/mutants.sh new NAME      # a scratch git copy of the tree to write a bug in
+#   scripts/mutants.sh save NAME 'the bug' [--chaos TARGET] [KILL...]
+#   scripts/mutants.sh list
+#
+# A patch starts with header lines (git apply ignores them):
+#   # mutant: the bug, in one line
+#   # kill: arguments to `go test -race -count=1`, run from the repository root
+#   # chaos: a chaos.mk target, run with --cohortd <mutant> --expect-invalid
+# Every kill line must fail with the bug in; --baseline also runs each on the
+# unchanged tree, where it must pass. A kill line that does not build counts
+# as a survivor (the bug must be in the code, not a compile error).
+#
+# Scratch copies live in $MUTANTS_DIR (default /tmp/cohort-mutants); they
+# share the Go build cache, so each mutant rebuilds only what it touched.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+mutdir=$root/test/mutants
+scratch_base=${MUTANTS_DIR:-/tmp/cohort-mutants}
+go=${GO:-go}
+kill_timeout=${MUTANT_TEST_TIMEOUT:-10m}
+
+die() { echo "mutants: $*" >&2; exit 2; }
+
+# copy_tree DIR: DIR becomes a git repository holding the working tree as it
+# is now (tracked and untracked files, not ignored ones), one commit.
+copy_tree() {
+	local dest=$1
+	rm -rf "$dest"
+	mkdir -p "$dest"
+	(cd "$root" && git ls-files -co --exclude-standard -z |
+		tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -C "$dest" -xf -
+	(cd "$dest" && git init -q && git add -A &&
+		git -c user.name=mutants -c user.email=mutants@localhost commit -qm base)
+}
+
+header() { sed -n "s/^# $2: //p" "$1"; }
+
+cmd_new() {
+	local name=${1:?NAME}
+	copy_tree "$scratch_base/$name"
+	echo "$scratch_base/$name"
+}
+
+cmd_save() {
+	local name=${1:?NAME} desc=${2:?'the bug, in one line'}
+	shift 2
+	local chaos=() kills=()
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--chaos) chaos+=("${2:?chaos target}"); shift 2 ;;
+		*) kills+=("$1"); shift ;;
+		esac
+	done
+	[ ${#kills[@]} -gt 0 ] || [ ${#chaos[@]} -gt 0 ] || die "$name: name at least one kill line or --chaos target"
+	local dir=$scratch_base/$name
+	[ -d "$dir/.git" ] || die "$name: no scratch copy; run: $0 new $name"
+	local diff
+	diff=$(cd "$dir" && git add -A && git diff --cached)
+	[ -n "$diff" ] || die "$name: the scratch copy has no change"
+	if (cd "$dir" && git diff --cached --name-only) | grep -q '_test\.go$'; then
+		die "$name: a mutant changes product code, not tests"
+	fi
+	mkdir -p "$mutdir"
+	{
+		echo "# mutant: $desc"
+		local k
+		for k in "${kills[@]}"; do echo "# kill: $k"; done
+		for k in "${chaos[@]}"; do echo "# chaos: $k"; done
+		echo "$diff"
+	} >"$mutdir/$name.patch"
+	echo "saved $mutdir/$name.patch"
+}
+
+cmd_list() {
+	local p
+	for p in "$mutdir"/*.patch; do
+		printf '%-44s %s\n' "$(basename "$p" .patch)" "$(header "$p" mutant)"
+	done
+}
+
+# run_kill DIR ARGS: runs one kill line in DIR; prints killed, survived or
+# no-build.
+run_kill() {
+	local dir=$1 args=$2 out rc
+	set +e
+	out=$(cd "$dir" && eval "$go test -race -count=1 -timeout $kill_timeout $args" 2>&1)
+	rc=$?
+	set -e
+	if grep -qE '\[(build|setup) failed\]' <<<"$out"; then
+		echo no-build
+		printf '%s\n' "$out" | tail -20 >&2
+	elif [ $rc -ne 0 ]; then
+		echo killed
+	else
+		echo survived
+	fi
+}
+
+cmd_run() {
+	local with_chaos=1 baseline=0 names=()
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--no-chaos) with_chaos=0 ;;
+		--baseline) baseline=1 ;;
+		-*) die "unknown flag $1" ;;
+		*) names+=("$1") ;;
+		esac
+		shift
+	done
+	if [ ${#names[@]} -eq 0 ]; then
+		local p
+		for p in "$mutdir"/*.patch; do names+=("$(basename "$p" .patch)"); done
+	fi
+	dir=$scratch_base/run.$$
+	copy_tree "$dir"
+	trap 'rm -rf "$scratch_base/run.$$"' EXIT
+	local failed=0 name patch verdict start secs k out results=()
+	for name in "${names[@]}"; do
+		patch=$mutdir/$name.patch
+		[ -f "$patch" ] || die "no mutant $name ($patch)"
+		start=$(date +%s)
+		verdict=killed
+		local by=()
+		mapfile -t kills < <(header "$patch" kill)
+		mapfile -t chaos < <(header "$patch" chaos)
+		if [ $with_chaos -eq 0 ] && [ ${#kills[@]} -eq 0 ]; then
+			echo "== $name: chaos only, skipped (--no-chaos)"
+			continue
+		fi
+		echo "== $name: $(header "$patch" mutant)"
+		if [ $baseline -eq 1 ]; then
+			for k in "${kills[@]}"; do
+				if [ "$(run_kill "$dir" "$k")" != survived ]; then
+					echo "   baseline: fails without the bug: $k"
+					verdict=bad-baseline
+				else
+					echo "   baseline: passes without the bug: $k"
+				fi
+			done
+		fi
+		if ! (cd "$dir" && git apply "$patch"); then
+			echo "   does not apply: rewrite it against today's code"
+			verdict=stale
+		elif ! out=$(cd "$dir" && $go build ./... 2>&1); then
+			printf '%s\n' "$out" | tail -20
+			echo "   does not build"
+			verdict=no-build
+		else
+			for k in "${kills[@]}"; do
+				local r
+				r=$(run_kill "$dir" "$k")
+				echo "   $r by: go test $k"
+				case $r in
+				killed) by+=("$k") ;;
+				*) [ "$verdict" = killed ] && verdict=$r ;;
+				esac
+			done
+			if [ $with_chaos -eq 1 ]; then
+				for k in "${chaos[@]}"; do
+					(cd "$dir" && $go build -o "$dir/cohortd-mutant" ./cmd/cohortd)
+					if make -s -C "$root" "$k" CHAOS_FLAGS="--cohortd $dir/cohortd-mutant --expect-invalid" >"$dir/chaos-$k.log" 2>&1; then
+						echo "   killed by: make $k (run INVALID)"
+						by+=("make $k")
+					else
+						echo "   survived: make $k (log: tail of $dir/chaos-$k.log)"
+						tail -15 "$dir/chaos-$k.log"
+						[ "$verdict" = killed ] && verdict=survived
+					fi
+				done
+			fi
+		fi
+		(cd "$dir" && git reset -q --hard && git clean -qfd)
+		secs=$(($(date +%s) - start))
+		[ "$verdict" = killed ] || failed=1
+		echo "   $verdict in ${secs}s"
+		results+=("$(printf '%-44s %-9s %5ss  %s' "$name" "$verdict" "$secs" "$(
+			IFS=';'
+			echo "${by[*]:-}"
+		)")")
+	done
+	echo
+	echo "== mutants: ${#results[@]} run"
+	printf '%s\n' "${results[@]}"
+	if [ $failed -ne 0 ]; then
+		echo "mutants: some survived or could not be judged" >&2
+		return 1
+	fi
+}
+
+case ${1:-} in
+new) shift; cmd_new "$@" ;;
+save) shift; cmd_save "$@" ;;
+run) shift; cmd_run "$@" ;;
+list) cmd_list ;;
+*) sed -n '2,22p' "$0" >&2; exit 2 ;;
+esac
