@@ -328,12 +328,22 @@ func TestMember_FatalErrors_StopRun(t *testing.T) {
 func TestMember_Commit_PerPartitionErrorsAndStaleGeneration(t *testing.T) {
 	c := newFakeCluster(t)
 	n := c.node()
+	// The member gets its ID, then its join with it hangs, so the commit
+	// below comes while the member has an ID but no generation, whatever
+	// the scheduling. The short timeouts end the hang soon.
+	n.refuseNext("JoinGroup", protoErr(codes.FailedPrecondition, "MEMBER_ID_REQUIRED", map[string]string{"member_id": "member-1"}), errHang)
 	rec := &recorder{}
-	m, _ := startMember(t, testConfig(rec, n.addr))
+	cfg := testConfig(rec, n.addr)
+	cfg.RebalanceTimeout, cfg.RequestTimeout = 500*time.Millisecond, time.Second
+	m, _ := startMember(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := m.Commit(ctx, nil); !errors.Is(err, ErrNotJoined) && m.Generation() == NoGeneration {
-		t.Fatalf("commit before join: %v", err)
+	waitFor(t, "the join with the member ID", func() bool { return c.count("JoinGroup") == 2 })
+	if err := m.Commit(ctx, []PartitionOffset{{TopicPartition: TopicPartition{"orders", 0}, Offset: 1}}); !errors.Is(err, ErrNotJoined) {
+		t.Fatalf("commit with a member ID but no generation: got %v, want ErrNotJoined", err)
+	}
+	if got := c.count("OffsetCommit"); got != 0 {
+		t.Fatalf("a commit before the join reached the server (%d calls)", got)
 	}
 	waitFor(t, "assignment", func() bool { return len(rec.get()) == 1 })
 
@@ -358,10 +368,11 @@ func TestMember_Commit_PerPartitionErrorsAndStaleGeneration(t *testing.T) {
 	if !errors.As(err, &cerr) || !errors.Is(err, ErrNotOwner) || len(cerr.Partitions) != 1 || cerr.Partitions[TopicPartition{"orders", 7}] == nil {
 		t.Fatalf("commit: want a CommitError with NOT_OWNER for orders/7, got %v", err)
 	}
-	// The commit before the join may have reached the server too (when the
-	// member joined first), so the request to check is the last one.
 	commits := c.callsOf("OffsetCommit")
-	if r := commitReq(commits[len(commits)-1]); r.Generation != 1 || r.MemberId != "member-1" || r.Offsets[0].Metadata != "m" {
+	if len(commits) != 1 {
+		t.Fatalf("one commit sent, server got %d", len(commits))
+	}
+	if r := commitReq(commits[0]); r.Generation != 1 || r.MemberId != "member-1" || r.Offsets[0].Metadata != "m" {
 		t.Fatalf("commit request: %v", r)
 	}
 
