@@ -219,8 +219,13 @@ func TestCommit_FencedByGenerationMembershipAndOwnership(t *testing.T) {
 	}
 }
 
+// Every RPC sent to a follower is served by the leader: the follower is
+// held behind (it takes no new entries), so an answer from its own state
+// would miss what the calls before it wrote, and a write it tried to serve
+// itself would find no engine. Each answer is checked against what the
+// leader holds, and names the leader in cohort-leader.
 func TestFollower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
-	c := cluster(t)
+	c, logs := heldBackCluster(t)
 	ctx := testCtx(t)
 	leader := c.Leader()
 	follower := (leader + 1) % 3
@@ -229,20 +234,41 @@ func TestFollower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
 	tp := c.Topics(follower)
 	m := newMember(t, c, "fwd", "t")
 	m.node = follower
-	calls := map[string]func(grpc.CallOption) error{
-		"CreateTopic": func(o grpc.CallOption) error {
+	holdBehind(t, c, logs, follower)
+
+	committed := func(resp *cohortv1.OffsetFetchResponse) bool {
+		for _, p := range resp.GetPartitions() {
+			if p.GetTopic() == "t" && p.GetPartition() == 0 && p.GetOffset() == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	calls := []struct {
+		name string
+		call func(grpc.CallOption) error
+	}{
+		{"CreateTopic", func(o grpc.CallOption) error {
 			_, err := tp.CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "fwd-topic", Partitions: 2}, o)
 			return err
-		},
-		"AddPartitions": func(o grpc.CallOption) error {
+		}},
+		{"AddPartitions", func(o grpc.CallOption) error {
 			_, err := tp.AddPartitions(ctx, &cohortv1.AddPartitionsRequest{Name: "fwd-topic", Partitions: 3}, o)
 			return err
-		},
-		"ListTopics": func(o grpc.CallOption) error {
-			_, err := tp.ListTopics(ctx, &cohortv1.ListTopicsRequest{}, o)
-			return err
-		},
-		"JoinGroup": func(o grpc.CallOption) error {
+		}},
+		{"ListTopics", func(o grpc.CallOption) error {
+			resp, err := tp.ListTopics(ctx, &cohortv1.ListTopicsRequest{}, o)
+			if err != nil {
+				return err
+			}
+			for _, tc := range resp.GetTopics() {
+				if tc.GetTopic() == "fwd-topic" && tc.GetPartitions() == 3 {
+					return nil
+				}
+			}
+			return fmt.Errorf("topics %v, want fwd-topic with 3 partitions", resp.GetTopics())
+		}},
+		{"JoinGroup", func(o grpc.CallOption) error {
 			resp, err := g.JoinGroup(ctx, m.joinRequest(), o)
 			if reason(err) == "MEMBER_ID_REQUIRED" {
 				m.id = errorInfo(err).GetMetadata()["member_id"]
@@ -252,61 +278,91 @@ func TestFollower_ForwardsEveryRPC_AndNamesLeader(t *testing.T) {
 				m.generation, m.leader, m.join = resp.GetGeneration(), resp.GetLeaderId(), resp
 			}
 			return err
-		},
-		"SyncGroup": func(o grpc.CallOption) error {
+		}},
+		{"SyncGroup", func(o grpc.CallOption) error {
 			_, err := g.SyncGroup(ctx, &cohortv1.SyncGroupRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id, Assignments: plan(m.join)}, o)
 			return err
-		},
-		"Heartbeat": func(o grpc.CallOption) error {
-			_, err := g.Heartbeat(ctx, &cohortv1.HeartbeatRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id}, o)
-			return err
-		},
-		"OffsetCommit": func(o grpc.CallOption) error {
+		}},
+		{"Heartbeat", func(o grpc.CallOption) error {
+			// Heartbeats are never log entries: the leader's engine
+			// counting this one is the proof that it got there.
+			before := metricValue(t, c, "cohort_group_heartbeats_total")
+			if _, err := g.Heartbeat(ctx, &cohortv1.HeartbeatRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id}, o); err != nil {
+				return err
+			}
+			if after := metricValue(t, c, "cohort_group_heartbeats_total"); after != before+1 {
+				return fmt.Errorf("the leader's engine counted %v heartbeats, want 1", after-before)
+			}
+			return nil
+		}},
+		{"OffsetCommit", func(o grpc.CallOption) error {
 			_, err := g.OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{GroupId: "fwd", Generation: m.generation, MemberId: m.id, Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "t", Partition: 0, Offset: 1}}}, o)
 			return err
-		},
-		"OffsetFetch": func(o grpc.CallOption) error {
-			_, err := g.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "fwd"}, o)
-			return err
-		},
-		"DescribeGroups": func(o grpc.CallOption) error {
-			_, err := g.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"fwd"}}, o)
-			return err
-		},
-		"ListGroups": func(o grpc.CallOption) error {
-			_, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{}, o)
-			return err
-		},
-		"LeaveGroup": func(o grpc.CallOption) error {
+		}},
+		{"OffsetFetch", func(o grpc.CallOption) error {
+			resp, err := g.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "fwd"}, o)
+			if err != nil {
+				return err
+			}
+			if !committed(resp) {
+				return fmt.Errorf("offsets %v, want t/0 at 1 as committed", resp.GetPartitions())
+			}
+			// The follower really is behind: a stale read, which it
+			// serves from its own state, misses the commit, as this
+			// read would have had the follower served it.
+			stale, err := g.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "fwd", AllowStale: true})
+			if err != nil {
+				return fmt.Errorf("stale read on the follower: %w", err)
+			}
+			if committed(stale) {
+				return fmt.Errorf("the held follower's own offsets %v have the commit: it is not behind, so this test proves nothing", stale.GetPartitions())
+			}
+			return nil
+		}},
+		{"DescribeGroups", func(o grpc.CallOption) error {
+			resp, err := g.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"fwd"}}, o)
+			if err != nil {
+				return err
+			}
+			d := resp.GetGroups()[0]
+			if d.GetState() != "Stable" || d.GetGeneration() != m.generation || len(d.GetMembers()) != 1 || d.GetMembers()[0].GetMemberId() != m.id {
+				return fmt.Errorf("group %v, want Stable in generation %d with member %s", d, m.generation, m.id)
+			}
+			return nil
+		}},
+		{"ListGroups", func(o grpc.CallOption) error {
+			resp, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{}, o)
+			if err != nil {
+				return err
+			}
+			for _, lg := range resp.GetGroups() {
+				if lg.GetGroupId() == "fwd" && lg.GetMembers() == 1 {
+					return nil
+				}
+			}
+			return fmt.Errorf("groups %v, want fwd with one member", resp.GetGroups())
+		}},
+		{"LeaveGroup", func(o grpc.CallOption) error {
 			_, err := g.LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "fwd", Members: []*cohortv1.LeaveMember{{MemberId: m.id}}}, o)
 			return err
-		},
-		"DeleteGroups": func(o grpc.CallOption) error {
+		}},
+		{"DeleteGroups", func(o grpc.CallOption) error {
 			_, err := g.DeleteGroups(ctx, &cohortv1.DeleteGroupsRequest{GroupIds: []string{"fwd"}}, o)
 			return err
-		},
-		"DeleteTopic": func(o grpc.CallOption) error {
+		}},
+		{"DeleteTopic", func(o grpc.CallOption) error {
 			_, err := tp.DeleteTopic(ctx, &cohortv1.DeleteTopicRequest{Name: "fwd-topic"}, o)
 			return err
-		},
+		}},
 	}
-	order := []string{"CreateTopic", "AddPartitions", "ListTopics", "JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit",
-		"OffsetFetch", "DescribeGroups", "ListGroups", "LeaveGroup", "DeleteGroups", "DeleteTopic"}
-	if len(order) != len(calls) {
-		t.Fatalf("order lists %d calls, map has %d", len(order), len(calls))
-	}
-	for _, name := range order {
-		got, err := leaderHeader(calls[name])
+	for _, call := range calls {
+		got, err := leaderHeader(call.call)
 		if err != nil {
-			t.Fatalf("%s through follower %s: %v", name, c.Nodes[follower].ID, err)
+			t.Fatalf("%s through follower %s: %v", call.name, c.Nodes[follower].ID, err)
 		}
 		if got != want {
-			t.Fatalf("%s: cohort-leader %q, want %q", name, got, want)
+			t.Fatalf("%s: cohort-leader %q, want %q", call.name, got, want)
 		}
-	}
-	// A stale read is served by the follower itself.
-	if _, err := g.ListGroups(ctx, &cohortv1.ListGroupsRequest{AllowStale: true}); err != nil {
-		t.Fatalf("stale read on a follower: %v", err)
 	}
 }
 
@@ -480,9 +536,13 @@ func TestCommit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
 			t.Fatalf("concurrent commit: %v", err)
 		}
 	}
+	// Four proposers pipeline entries, and every commit that arrives while
+	// they are busy waits for the next entry: 200 commits in flight
+	// together take a handful of entries (5 to 8 here); one entry per
+	// commit, or batches of two or three, is not coalescing.
 	entries := c.Nodes[leader].Node.LastIndex() - before
-	if entries >= commits {
-		t.Fatalf("%d concurrent commits took %d log entries; they should share entries", commits, entries)
+	if entries > commits/4 {
+		t.Fatalf("%d concurrent commits took %d log entries; coalesced, they share at most %d", commits, entries, commits/4)
 	}
 	// Every commit is readable on its own group.
 	for i := range commits {

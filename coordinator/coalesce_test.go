@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -92,4 +93,50 @@ func TestCommitter_BatchesAreBoundedByBytes(t *testing.T) {
 		t.Fatalf("no commits were batched: entry sizes %v", r.sizes)
 	}
 	t.Logf("%d commits of %d bytes in %d entries", n, one, len(r.sizes))
+}
+
+// Coalescing's promise: commits that arrive while every proposer has an
+// entry in flight wait together and go out together, so N concurrent
+// commits cost a handful of entries, not N. Raft holds every entry until
+// all N commits have reached a proposer or the queue; then at most one
+// entry per proposer is in flight and one more per proposer drains the
+// queue.
+func TestCommitter_ConcurrentCommitsShareEntries(t *testing.T) {
+	r := &recordingRaft{release: make(chan struct{})}
+	e, err := New(DefaultConfig(), r, fsm.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	results := make(chan error, n)
+	for i := range n {
+		go func() {
+			cmd := &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: &fsmv1.CommitOffsets{GroupId: fmt.Sprintf("solo-%d", i), Generation: -1,
+				Offsets: []*fsmv1.OffsetCommit{{Topic: "t", Partition: 0, Offset: int64(i)}}}}}
+			_, err := e.commits.submit(t.Context(), cmd)
+			results <- err
+		}()
+	}
+	pollUntil(t, "every commit to be proposed or queued", func() (bool, string) {
+		r.mu.Lock()
+		proposed := r.commits
+		r.mu.Unlock()
+		queued := len(e.commits.queue)
+		return proposed+queued == n, fmt.Sprintf("%d proposed, %d queued of %d", proposed, queued, n)
+	})
+	close(r.release)
+	for range n {
+		if err := <-results; err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.commits != n {
+		t.Fatalf("%d commits proposed, want %d", r.commits, n)
+	}
+	if bound := 2 * commitProposers; len(r.sizes) > bound {
+		t.Fatalf("%d concurrent commits took %d entries; with %d proposers they must share at most %d", n, len(r.sizes), commitProposers, bound)
+	}
+	t.Logf("%d concurrent commits in %d entries", n, len(r.sizes))
 }
