@@ -1,6 +1,7 @@
 # The Jepsen-style failure suite (docs/chaos.md). Included from the Makefile.
 #
 #   make chaos-smoke                 # ~3 min, 3 nodes, every fault kind once, must be valid (CI)
+#   make chaos-leader                # ~3 min, leadership moving and coming back, must be valid (CI)
 #   make chaos-bug                   # a deliberately broken cohortd must be caught (CI)
 #   make chaos TIME=10m NEMESIS=partition WORKLOAD=offsets NODES=5 SEED=42
 #   make chaos-cleanup               # remove what an interrupted run left behind
@@ -18,10 +19,11 @@ NEMESIS    ?= mixed
 WORKLOAD   ?= both
 SEED       ?= 0
 SMOKE_SEED ?= 1
+LEADER_SEED ?= 1
 CHAOS_FLAGS ?=
 CHAOS      := $(BIN)/cohort-chaos
 
-.PHONY: chaos chaos-smoke chaos-bug chaos-bin chaos-cleanup
+.PHONY: chaos chaos-smoke chaos-leader chaos-bug chaos-bin chaos-cleanup
 
 chaos-bin:
 	$(GO) build -o $(BIN)/ ./cmd/cohortd ./cmd/cohortctl ./cmd/cohort-chaos
@@ -36,6 +38,16 @@ chaos-smoke: chaos-bin
 	$(CHAOS) --time 110s --nodes 3 --nemesis mixed --workload both --hostile --seed $(SMOKE_SEED) \
 		--quiet-min 1s --quiet-max 3s --fault-min 3s --fault-max 6s --require-all-kinds \
 		--name smoke-$$(date +%Y%m%d-%H%M%S)-s$(SMOKE_SEED) $(CHAOS_FLAGS)
+
+# Leadership only: short leader pauses again and again, leadership moved
+# away and back, the leader isolated and killed; 90 s of faults, each below
+# two thirds of the session timeout, so every generation must be explained
+# by churn (checker 6 judges all of them) and a process that led before
+# leads again. Both workloads, the chaser reading each new leader at once.
+chaos-leader: chaos-bin
+	$(CHAOS) --time 90s --nodes 3 --nemesis leader-flap --workload both --seed $(LEADER_SEED) \
+		--quiet-min 1s --quiet-max 3s --fault-min 2s --fault-max 4s --require-all-kinds \
+		--name leader-$$(date +%Y%m%d-%H%M%S)-s$(LEADER_SEED) $(CHAOS_FLAGS)
 
 # cohortd built with -tags chaosbug serves OffsetFetch from any node without
 # the read barrier (coordinator/chaosbug.go); partitions make that a stale read. The

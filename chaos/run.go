@@ -293,6 +293,10 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	if hostile != nil {
 		wg.Go(func() { hostile.Run(wctx) })
 	}
+	if grps != nil {
+		wg.Go(func() { grps.Monitor(wctx) })
+	}
+	wg.Go(func() { watchLeader(wctx, cl, rec, offs) })
 	// Let the groups form before the first fault.
 	sleepCtx(ctx, 5*time.Second)
 
@@ -339,7 +343,7 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 
 	es := rec.Entries()
 	res := checker.All(es, checker.Options{
-		FailoverOnly: sched.FailoverOnly(o.SessionTimeout), SessionTimeout: o.SessionTimeout,
+		RideOut: nemesis.RideOut, SessionTimeout: o.SessionTimeout, RebalanceTimeout: 2 * o.SessionTimeout,
 		LivenessWindow: o.Recovery, VisualizeDir: dir,
 	})
 	r := &report.Results{Run: name, Seed: o.Seed, Mode: string(mode), Security: security, Nodes: o.Nodes, Workload: o.Workload,
@@ -383,6 +387,52 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	fmt.Fprint(o.Out, report.Text(r))
 	fmt.Fprintf(o.Out, "report: %s\n", dir)
 	return r, nil
+}
+
+// watchLeader records every change of leader (node or term) it sees,
+// polling every 100 ms, and has the offsets workload's chaser send a burst
+// of operations to each new leader at once.
+func watchLeader(ctx context.Context, cl *cluster.Cluster, rec *history.Recorder, offs *workload.Offsets) {
+	var node string
+	var term uint64
+	seen := false
+	chase := make(chan string, 1)
+	if offs != nil {
+		go func() {
+			defer offs.CloseChasers()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ep := <-chase:
+					offs.Chase(ctx, ep, 10)
+				}
+			}
+		}()
+	}
+	for ctx.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		n, t := cl.LeaderTerm(lctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		id, ep := "", ""
+		if n != nil {
+			id, ep = n.ID, n.GRPCAddr
+		}
+		if !seen || id != node || t != term {
+			seen, node, term = true, id, t
+			rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvLeader, Node: id, Term: t, Start: rec.Now()})
+			if ep != "" {
+				select {
+				case chase <- ep:
+				default: // a burst is under way; the next change gets one
+				}
+			}
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
 
 func missingKinds(want, got []string) []string {

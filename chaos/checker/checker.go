@@ -18,15 +18,18 @@ import (
 
 // Checker names, in the issue's order.
 const (
-	NameLinearizable = "linearizable-offsets"      // 1
-	NameAgreement    = "group-agreement"           // 2
-	NameMonotonic    = "monotonic-generations"     // 3
-	NameFencing      = "commit-fencing"            // 4
-	NameDurability   = "durability"                // 5
-	NameFailover     = "failover-keeps-generation" // 6
-	NameLiveness     = "liveness"                  // 7
-	NameStatic       = "static-member-fencing"     // 8
-	NameCutJoins     = "cut-joins-keep-members"    // 9
+	NameLinearizable = "linearizable-offsets"             // 1
+	NameAgreement    = "group-agreement"                  // 2
+	NameMonotonic    = "monotonic-generations"            // 3
+	NameFencing      = "commit-fencing"                   // 4
+	NameDurability   = "durability"                       // 5
+	NameFailover     = "failover-keeps-generation"        // 6
+	NameLiveness     = "liveness"                         // 7
+	NameStatic       = "static-member-fencing"            // 8
+	NameCutJoins     = "cut-joins-keep-members"           // 9
+	NameStaleGen     = "no-commit-after-newer-generation" // 10
+	NameOffsetsBack  = "committed-offsets-never-go-back"  // 11
+	NameExpiry       = "crashed-members-expire"           // 12
 )
 
 // Anomaly kinds.
@@ -48,6 +51,9 @@ const (
 	KindZombieRejoined     = "zombie-rejoined"
 	KindZombieSurvived     = "zombie-survived"
 	KindCutLostMember      = "cut-join-lost-member"
+	KindStaleGeneration    = "commit-after-newer-generation"
+	KindOffsetWentBack     = "committed-offset-went-back"
+	KindMemberNotExpired   = "crashed-member-not-expired"
 )
 
 // Anomaly is one violation, with the operations that show it.
@@ -63,8 +69,11 @@ type Result struct {
 	Valid bool   `json:"valid"`
 	// Skipped says why the checker did not apply to this run ("" when it
 	// ran); a skipped checker is valid.
-	Skipped   string    `json:"skipped,omitempty"`
-	Checked   int       `json:"checked"` // how many items it examined
+	Skipped string `json:"skipped,omitempty"`
+	Checked int    `json:"checked"` // how many items it examined
+	// Excused: items not judged because a fault the checker does not judge
+	// may explain them (checker 6 on a mixed schedule).
+	Excused   int       `json:"excused,omitempty"`
 	Anomalies []Anomaly `json:"anomalies,omitempty"`
 }
 
@@ -73,11 +82,15 @@ type Options struct {
 	// LinearizabilityTimeout bounds porcupine per key (0: 30 s). A key it
 	// cannot decide in time is an anomaly of kind linearizability-unchecked.
 	LinearizabilityTimeout time.Duration
-	// FailoverOnly: the schedule only killed, paused or isolated the leader,
-	// each fault shorter than the session timeout; enables checker 6.
-	FailoverOnly bool
-	// SessionTimeout of the group members (for checker 6's windows).
-	SessionTimeout time.Duration
+	// RideOut are the fault kinds a group must ride out without a
+	// rebalance when they last less than a session timeout (checker 6);
+	// nil: DefaultRideOut. A generation change near any other fault is
+	// excused, not judged.
+	RideOut []string
+	// SessionTimeout and RebalanceTimeout of the group members (checker
+	// 6's windows; checker 12's deadline). Defaults 10 s and twice the
+	// session timeout.
+	SessionTimeout, RebalanceTimeout time.Duration
 	// LivenessWindow: how long after the final heal the cluster has to
 	// recover (default 30 s).
 	LivenessWindow time.Duration
@@ -86,12 +99,24 @@ type Options struct {
 	VisualizeDir string
 }
 
+// DefaultRideOut are the nemesis kinds that only move or interrupt the
+// Raft leadership (chaos/nemesis: leader kill, pause and isolation, short
+// repeated leader pauses, leadership transfers).
+var DefaultRideOut = []string{"kill-leader", "pause-leader", "isolate-leader", "pause-leader-flicker",
+	"transfer-leadership", "transfer-back"}
+
 func (o Options) withDefaults() Options {
 	if o.LinearizabilityTimeout == 0 {
 		o.LinearizabilityTimeout = 30 * time.Second
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = 10 * time.Second
+	}
+	if o.RebalanceTimeout == 0 {
+		o.RebalanceTimeout = 2 * o.SessionTimeout
+	}
+	if o.RideOut == nil {
+		o.RideOut = DefaultRideOut
 	}
 	if o.LivenessWindow == 0 {
 		o.LivenessWindow = 30 * time.Second
@@ -114,6 +139,9 @@ func All(es []history.Entry, o Options) []Result {
 		Liveness(es, o),
 		StaticFencing(es),
 		CutJoins(es, o),
+		StaleGeneration(es),
+		OffsetsNeverGoBack(es),
+		Expiry(es, o),
 	}
 }
 

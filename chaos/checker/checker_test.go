@@ -183,7 +183,9 @@ func TestGroupCheckers_AcceptHealthyGroup(t *testing.T) {
 	assertValid(t, Agreement(es))
 	assertValid(t, Monotonic(es))
 	assertValid(t, Fencing(es))
-	assertValid(t, Failover(es, Options{FailoverOnly: true}))
+	assertValid(t, Failover(es, Options{}))
+	assertValid(t, StaleGeneration(es))
+	assertValid(t, OffsetsNeverGoBack(es))
 }
 
 func TestAgreement_FlagsDoubleOwner(t *testing.T) {
@@ -242,10 +244,7 @@ func TestFailover_FlagsGenerationWithoutChurn(t *testing.T) {
 		join("i1", "m1", "", 3, "m1", 60*s, history.Member{Member: "m1"}, history.Member{Member: "m2"}),
 		join("i2", "m2", "", 3, "m1", 60*s),
 	)
-	assertFlags(t, Failover(es, Options{FailoverOnly: true, SessionTimeout: 10 * 1e9}), KindUnexplainedRebal)
-	if r := Failover(es, Options{}); !r.Valid || r.Skipped == "" {
-		t.Fatalf("failover checker must be skipped for schedules with other faults: %+v", r)
-	}
+	assertFlags(t, Failover(es, Options{SessionTimeout: 10 * 1e9}), KindUnexplainedRebal)
 }
 
 func TestLiveness_FlagsUnstableGroupAndSilentProcess(t *testing.T) {

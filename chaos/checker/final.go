@@ -155,7 +155,7 @@ func Liveness(es []history.Entry, o Options) Result {
 		}
 	}
 	for _, e := range es {
-		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] {
+		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] || e.Note == history.NoteChase {
 			continue
 		}
 		p, ok := procs[e.Process]

@@ -276,16 +276,18 @@ func Fencing(es []history.Entry) Result {
 	return result(NameFencing, checked, as)
 }
 
-// Failover is checker 6: in a run whose faults only hit the leader (kill,
-// pause, isolate), each shorter than the session timeout, every new
-// generation of a group is explained by member churn (a member starting,
-// leaving, crashing or restarting) since shortly before the previous
-// generation: a leader change alone must not rebalance anyone.
+// Failover is checker 6: a leader change alone must not rebalance anyone.
+// Every new generation of a group is explained by member churn (a member
+// starting, leaving, crashing, freezing or restarting) since shortly
+// before the previous generation, or excused by a fault the group need not
+// ride out: one not in o.RideOut (a follower crash or pause, a partition, a
+// membership change, which may cut members off for a session timeout), or a
+// ride-out fault that lasted a session timeout or more. Such a fault
+// excuses the generations first seen from its start to a session timeout
+// (plus slack) after it ended. On a schedule of ride-out faults only, every
+// generation is judged; on a mixed one, those away from other faults.
 func Failover(es []history.Entry, o Options) Result {
 	o = o.withDefaults()
-	if !o.FailoverOnly {
-		return skipped(NameFailover, "the schedule has faults other than leader kill/pause/isolate")
-	}
 	first := map[genKey]history.Entry{}
 	for _, e := range ops(es, history.FJoin, history.FSync) {
 		if e.Outcome != history.OK {
@@ -296,24 +298,35 @@ func Failover(es []history.Entry, o Options) Result {
 			first[gk] = e
 		}
 	}
+	if len(first) == 0 {
+		return skipped(NameFailover, "no group operations in the history")
+	}
 	churn := map[string][]history.Entry{}
 	for _, e := range es {
 		if e.Type == history.TypeEvent && strings.HasPrefix(e.F, "member-") {
 			churn[e.Group] = append(churn[e.Group], e)
 		}
 	}
+	slack := int64(2e9)
+	excuses := excusingFaults(es, o, slack)
 	byGroup := map[string][]int32{}
 	for gk := range first {
 		byGroup[gk.group] = append(byGroup[gk.group], gk.gen)
 	}
 	// Each churn event explains at most one new generation: matched
 	// greedily, earliest generation first, earliest eligible event first.
-	// A crash is eligible up to a session timeout (plus slack) before the
-	// previous generation appeared, since its expiry comes that much later.
-	slack := int64(2e9)
+	// A crash or freeze is eligible up to a session timeout (plus slack)
+	// before the previous generation appeared, since its expiry comes that
+	// much later.
 	var as []Anomaly
-	checked := 0
-	for g, gens := range byGroup {
+	checked, excused := 0, 0
+	groups := make([]string, 0, len(byGroup))
+	for g := range byGroup {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	for _, g := range groups {
+		gens := byGroup[g]
 		slices.Sort(gens)
 		evs := churn[g]
 		sort.SliceStable(evs, func(i, j int) bool { return evs[i].Start < evs[j].Start })
@@ -324,7 +337,7 @@ func Failover(es []history.Entry, o Options) Result {
 					continue
 				}
 				lo := from
-				if c.F == history.EvMemberCrash {
+				if c.F == history.EvMemberCrash || c.F == history.EvMemberFreeze {
 					lo -= int64(o.SessionTimeout)
 				}
 				if c.Start > lo {
@@ -336,14 +349,74 @@ func Failover(es []history.Entry, o Options) Result {
 		}
 		consume(-1<<62, first[genKey{g, gens[0]}].End)
 		for i := 1; i < len(gens); i++ {
-			checked++
 			prev, cur := first[genKey{g, gens[i-1]}], first[genKey{g, gens[i]}]
-			if !consume(prev.Start-slack, cur.End) {
-				as = append(as, Anomaly{Kind: KindUnexplainedRebal, Message: fmt.Sprintf(
-					"group %s moved from generation %d (first seen %s) to %d (first seen %s) with no member churn to explain it",
-					g, gens[i-1], secs(prev.End), gens[i], secs(cur.End)), Ops: []history.Entry{prev, cur}})
+			if consume(prev.Start-slack, cur.End) {
+				checked++
+				continue
 			}
+			if excusedBy(excuses, prev.Start-slack, cur.End) {
+				excused++
+				continue
+			}
+			checked++
+			as = append(as, Anomaly{Kind: KindUnexplainedRebal, Message: fmt.Sprintf(
+				"group %s moved from generation %d (first seen %s) to %d (first seen %s) with no member churn and no fault but leader changes to explain it",
+				g, gens[i-1], secs(prev.End), gens[i], secs(cur.End)), Ops: []history.Entry{prev, cur}})
 		}
 	}
-	return result(NameFailover, checked, as)
+	r := result(NameFailover, checked, as)
+	if excused > 0 {
+		r.Excused = excused
+	}
+	return r
+}
+
+// window is a span of history time.
+type window struct{ from, to int64 }
+
+// excusingFaults are the windows in which a rebalance is excused: each
+// fault not in o.RideOut (and each ride-out fault of a session timeout or
+// more) from its start to a session timeout plus slack after its stop.
+func excusingFaults(es []history.Entry, o Options, slack int64) []window {
+	open := map[string]history.Entry{} // kind → the start of the fault in place
+	var out []window
+	var nems []history.Entry
+	for _, e := range es {
+		if e.Type == history.TypeNemesis {
+			nems = append(nems, e)
+		}
+	}
+	history.Sort(nems)
+	for _, e := range nems {
+		kind := e.Fault
+		switch e.Phase {
+		case history.NemStart:
+			open[kind] = e
+		case history.NemStop:
+			start := e.Start // a heal without a start (heal-all): excuse its aftermath
+			if s, ok := open[kind]; ok {
+				start = s.Start
+			}
+			delete(open, kind)
+			if slices.Contains(o.RideOut, kind) && e.Start-start < int64(o.SessionTimeout) {
+				continue
+			}
+			out = append(out, window{start, e.Start + int64(o.SessionTimeout) + slack})
+		}
+	}
+	for _, s := range open { // never stopped: excused to the end, unless it never began
+		if !strings.HasPrefix(s.Note, "failed to start") {
+			out = append(out, window{s.Start, 1 << 62})
+		}
+	}
+	return out
+}
+
+func excusedBy(ws []window, from, to int64) bool {
+	for _, w := range ws {
+		if w.from <= to && w.to >= from {
+			return true
+		}
+	}
+	return false
 }

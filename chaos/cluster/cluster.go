@@ -405,6 +405,12 @@ func (c *Cluster) NodeInfo(ctx context.Context, n *Node) (*cohortv1.NodeInfoResp
 // Leader returns the node that claims leadership in the highest term among
 // the running, unpaused nodes, or nil when none does.
 func (c *Cluster) Leader(ctx context.Context) *Node {
+	n, _ := c.LeaderTerm(ctx)
+	return n
+}
+
+// LeaderTerm is Leader with the term it leads in (0 with no leader).
+func (c *Cluster) LeaderTerm(ctx context.Context) (*Node, uint64) {
 	type claim struct {
 		n    *Node
 		term uint64
@@ -432,9 +438,9 @@ func (c *Cluster) Leader(ctx context.Context) *Node {
 	}
 	wg.Wait()
 	if best == nil {
-		return nil
+		return nil, 0
 	}
-	return best.n
+	return best.n, best.term
 }
 
 // WaitLeaderAfterStart starts every node and waits for a leader.

@@ -41,13 +41,14 @@ const (
 
 // Op functions.
 const (
-	FRead     = "read"     // offsets: OffsetFetch of one key
-	FWrite    = "write"    // offsets: standalone OffsetCommit of one key
-	FJoin     = "join"     // groups: JoinGroup answer
-	FSync     = "sync"     // groups: SyncGroup answer
-	FCommit   = "commit"   // groups: OffsetCommit of a member
-	FFetch    = "fetch"    // groups: OffsetFetch by a member's owner
-	FDescribe = "describe" // final liveness check of a group
+	FRead      = "read"      // offsets: OffsetFetch of one key
+	FWrite     = "write"     // offsets: standalone OffsetCommit of one key
+	FJoin      = "join"      // groups: JoinGroup answer
+	FSync      = "sync"      // groups: SyncGroup answer
+	FCommit    = "commit"    // groups: OffsetCommit of a member
+	FHeartbeat = "heartbeat" // groups: Heartbeat of a member
+	FFetch     = "fetch"     // groups: OffsetFetch by a member's owner
+	FDescribe  = "describe"  // final liveness check of a group
 )
 
 // Event names (TypeEvent) and nemesis phases (TypeNemesis).
@@ -65,9 +66,24 @@ const (
 	EvZombieSurvived = "zombie-survived"
 	// A member's JoinGroup was cut (its connection reset) while it waited
 	// at the join barrier.
-	EvJoinCut    = "join-cut"
+	EvJoinCut = "join-cut"
+	// A member client froze (every call held, as a stopped process's would
+	// be) and resumed with its old member ID and generation.
+	EvMemberFreeze = "member-freeze"
+	EvMemberResume = "member-resume"
+	// A member's commit was held until the group had moved to a newer
+	// generation, then sent with the old one (Note says which).
+	EvZombieCommit = "zombie-commit"
+	// The leader the runner saw changed (Node: the new leader, "" for none;
+	// Term: its Raft term).
+	EvLeader     = "leader"
 	EvFinalPhase = "final-phase" // every fault healed; final reads begin
 	EvEnd        = "end"         // the run's last moment
+
+	// NoteChase marks a register operation sent to a new leader the moment
+	// the runner saw it elected (not a client that must recover after the
+	// final heal).
+	NoteChase = "chase"
 
 	NemStart = "start"
 	NemStop  = "stop"
@@ -116,6 +132,8 @@ type Entry struct {
 	Phase string   `json:"phase,omitempty"`
 	Nodes []string `json:"nodes,omitempty"`
 	Note  string   `json:"note,omitempty"`
+	// Term of a leader event.
+	Term uint64 `json:"term,omitempty"`
 }
 
 // Partition is one partition of a topic.

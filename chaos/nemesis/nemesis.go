@@ -30,13 +30,21 @@ const (
 	PartitionBridge = "partition-bridge"
 	MemberRemoveAdd = "member-remove-add"
 	TransferLeader  = "transfer-leadership"
+	// PauseLeaderFlicker pauses whoever leads for 100-600 ms, again and
+	// again (200-1000 ms apart) for the fault's duration: short leader
+	// pauses, each long enough for an election or not.
+	PauseLeaderFlicker = "pause-leader-flicker"
+	// TransferBack moves leadership away from the leader and back to it,
+	// again and again: a process that led, lost leadership and leads
+	// again, without a restart.
+	TransferBack = "transfer-back"
 )
 
 // AllKinds in a fixed order.
 var AllKinds = []string{
 	KillOne, KillLeader, KillMajority, PauseOne, PauseLeader,
 	IsolateOne, IsolateLeader, PartitionHalves, PartitionRing, PartitionBridge,
-	MemberRemoveAdd, TransferLeader,
+	MemberRemoveAdd, TransferLeader, PauseLeaderFlicker, TransferBack,
 }
 
 // Groups of kinds a user can name instead of one kind.
@@ -44,11 +52,14 @@ var Groups = map[string][]string{
 	"kill":       {KillOne, KillLeader, KillMajority},
 	"pause":      {PauseOne, PauseLeader},
 	"partition":  {IsolateOne, IsolateLeader, PartitionHalves, PartitionRing, PartitionBridge},
-	"membership": {MemberRemoveAdd, TransferLeader},
+	"membership": {MemberRemoveAdd, TransferLeader, TransferBack},
 	// Faults that only hit the leader: the failover checker applies.
 	"leader": {KillLeader, PauseLeader, IsolateLeader},
-	"mixed":  AllKinds,
-	"none":   {},
+	// Leadership moving often and coming back to processes that led
+	// before (make chaos-leader).
+	"leader-flap": {PauseLeaderFlicker, TransferBack, IsolateLeader, KillLeader},
+	"mixed":       AllKinds,
+	"none":        {},
 }
 
 // NeedsNetwork: kinds that need netns mode.
@@ -59,8 +70,15 @@ func NeedsNetwork(kind string) bool {
 // NeedsCtl: kinds that need the cluster admin RPCs (cohortctl).
 func NeedsCtl(kind string) bool { return slices.Contains(Groups["membership"], kind) }
 
-// LeaderOnly: kinds after which no group may rebalance (checker 6).
-func LeaderOnly(kind string) bool { return slices.Contains(Groups["leader"], kind) }
+// LeaderOnly: kinds that interrupt the leader; their duration is capped
+// below the session timeout so that no group need rebalance.
+func LeaderOnly(kind string) bool {
+	return slices.Contains(Groups["leader"], kind) || kind == PauseLeaderFlicker || kind == TransferBack
+}
+
+// RideOut are the kinds a group must ride out without a rebalance
+// (checker 6): the leader-only ones and leadership transfers.
+var RideOut = []string{KillLeader, PauseLeader, IsolateLeader, PauseLeaderFlicker, TransferLeader, TransferBack}
 
 // Resolve turns a comma-separated list of kinds and group names into kinds,
 // keeping only those available (partitions need the network, membership
@@ -181,14 +199,14 @@ func (s Schedule) Kinds() []string {
 	return out
 }
 
-// FailoverOnly: every fault hits only the leader and is shorter than
-// sessionTimeout.
+// FailoverOnly: every fault only moves or interrupts the leadership and is
+// shorter than sessionTimeout.
 func (s Schedule) FailoverOnly(sessionTimeout time.Duration) bool {
 	if len(s.Steps) == 0 {
 		return false
 	}
 	for _, st := range s.Steps {
-		if !LeaderOnly(st.Kind) || st.Duration >= sessionTimeout {
+		if !slices.Contains(RideOut, st.Kind) || st.Duration >= sessionTimeout {
 			return false
 		}
 	}

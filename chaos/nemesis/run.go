@@ -177,7 +177,7 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 	switch st.Kind {
 	case KillOne, PauseOne, IsolateOne:
 		targets = []*cluster.Node{one}
-	case KillLeader, PauseLeader, IsolateLeader, TransferLeader:
+	case KillLeader, PauseLeader, IsolateLeader, TransferLeader, PauseLeaderFlicker, TransferBack:
 		l, n := r.leaderOr(ctx, rng)
 		targets, note = []*cluster.Node{l}, n
 	case KillMajority:
@@ -241,6 +241,20 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 		out, err = r.C.Ctl(ctx, "cluster", "transfer-leader")
 		note = strings.TrimSpace(note + " from " + targets[0].ID + ": " + strings.TrimSpace(out))
 		a.heal = func(context.Context) error { return nil }
+	case PauseLeaderFlicker, TransferBack:
+		// Repeated until healed; every node it touched is listed at the stop.
+		lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan []string, 1)
+		loop := r.flicker
+		if st.Kind == TransferBack {
+			loop = r.transferBack
+		}
+		go func() { done <- loop(lctx, rng, targets[0]) }()
+		a.heal = func(context.Context) error {
+			stop()
+			a.nodes = <-done
+			return nil
+		}
 	case MemberRemoveAdd:
 		err = r.removeNode(ctx, targets[0])
 		a.heal = func(ctx context.Context) error { return r.readdNode(ctx, targets[0]) }
@@ -256,6 +270,75 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 	r.Log.Info("nemesis: fault", "kind", st.Kind, "nodes", a.nodes, "for", st.Duration, "note", note, "err", err)
 	return a, err
 }
+
+// flicker pauses the leader for 100-600 ms, resumes it, waits 200-1000 ms
+// and does it again (the leader may have changed) until ctx ends. It
+// returns the nodes it paused.
+func (r *Runner) flicker(ctx context.Context, rng *rand.Rand, first *cluster.Node) []string {
+	var touched []string
+	l := first
+	for ctx.Err() == nil {
+		if l == nil {
+			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			l = r.C.Leader(lctx)
+			cancel()
+			if l == nil {
+				sleepFor(ctx, 100*time.Millisecond)
+				continue
+			}
+		}
+		if err := r.C.Pause(l); err != nil {
+			r.Log.Warn("nemesis: flicker: pause", "node", l.ID, "err", err)
+		} else {
+			if !slices.Contains(touched, l.ID) {
+				touched = append(touched, l.ID)
+			}
+			sleepFor(context.WithoutCancel(ctx), 100*time.Millisecond+time.Duration(rng.Int64N(int64(500*time.Millisecond))))
+			if err := r.C.Resume(l); err != nil {
+				r.Log.Warn("nemesis: flicker: resume", "node", l.ID, "err", err)
+			}
+		}
+		sleepFor(ctx, 200*time.Millisecond+time.Duration(rng.Int64N(int64(800*time.Millisecond))))
+		l = nil
+	}
+	return touched
+}
+
+// transferBack moves leadership from the leader to another node and back
+// (cohortctl cluster transfer-leader [NODE]), 300-1500 ms apart, until ctx
+// ends: the original leader leads again each time it works. It returns
+// the nodes that took part.
+func (r *Runner) transferBack(ctx context.Context, rng *rand.Rand, first *cluster.Node) []string {
+	touched := []string{first.ID}
+	home := first
+	for ctx.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		l := r.C.Leader(lctx)
+		cancel()
+		switch {
+		case l == nil:
+			sleepFor(ctx, 100*time.Millisecond)
+			continue
+		case l == home:
+			_, err := r.C.Ctl(ctx, "cluster", "transfer-leader")
+			if err != nil {
+				r.Log.Warn("nemesis: transfer away", "from", home.ID, "err", err)
+			}
+		default:
+			if !slices.Contains(touched, l.ID) {
+				touched = append(touched, l.ID)
+			}
+			_, err := r.C.Ctl(ctx, "cluster", "transfer-leader", home.ID)
+			if err != nil {
+				r.Log.Warn("nemesis: transfer back", "to", home.ID, "err", err)
+			}
+		}
+		sleepFor(ctx, 300*time.Millisecond+time.Duration(rng.Int64N(int64(1200*time.Millisecond))))
+	}
+	return touched
+}
+
+func sleepFor(ctx context.Context, d time.Duration) { sleepUntil(ctx, time.Now().Add(d)) }
 
 // removeNode takes a node out of the raft configuration (the Cluster
 // service's RemoveServer, the call `cohortctl cluster remove` makes; called

@@ -41,6 +41,7 @@ type Results struct {
 	Anomalies map[string]int                     `json:"anomalies_by_kind"`
 	Ops       map[string]map[history.Outcome]int `json:"ops_by_f_and_outcome"`
 	Checkers  []checker.Result                   `json:"checkers"`
+	Exposure  Exposure                           `json:"exposure"`
 	Schedule  any                                `json:"schedule,omitempty"`
 	Notes     []string                           `json:"notes,omitempty"`
 }
@@ -51,6 +52,7 @@ const maxAnomalies = 25
 // Summarise fills the counts of r from the history and the checker results.
 func Summarise(r *Results, es []history.Entry, rs []checker.Result) {
 	r.Valid = checker.Valid(rs)
+	r.Exposure = Expose(es)
 	r.Faults = map[string]int{}
 	r.Anomalies = map[string]int{}
 	r.Ops = map[string]map[history.Outcome]int{}
@@ -124,7 +126,11 @@ func Text(r *Results) string {
 		case !c.Valid:
 			st = fmt.Sprintf("INVALID (%d anomalies)", len(c.Anomalies))
 		}
-		fmt.Fprintf(&b, "  check %-26s %s (%d checked)\n", c.Name, st, c.Checked)
+		excused := ""
+		if c.Excused > 0 {
+			excused = fmt.Sprintf(", %d excused", c.Excused)
+		}
+		fmt.Fprintf(&b, "  check %-32s %s (%d checked%s)\n", c.Name, st, c.Checked, excused)
 		for i, a := range c.Anomalies {
 			if i == 5 {
 				fmt.Fprintf(&b, "      …\n")
@@ -133,6 +139,7 @@ func Text(r *Results) string {
 			fmt.Fprintf(&b, "      %s: %s\n", a.Kind, a.Message)
 		}
 	}
+	b.WriteString(r.Exposure.text())
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}

@@ -46,3 +46,33 @@ func TestReport_WritesResultsAndBothPlots(t *testing.T) {
 		t.Fatalf("summary misses the fault:\n%s", Text(r))
 	}
 }
+
+func TestExpose_CountsFencesLeadershipReturnsAndZombies(t *testing.T) {
+	lead := func(node string, term uint64, at int64) history.Entry {
+		return history.Entry{Type: history.TypeEvent, F: history.EvLeader, Node: node, Term: term, Start: at}
+	}
+	commit := func(note, code string) history.Entry {
+		out := history.OK
+		if code != "" {
+			out = history.Fail
+		}
+		return history.Entry{Type: history.TypeOp, F: history.FCommit, Note: note, Outcome: history.OK,
+			Commits: []history.PartitionCommit{{Outcome: out, Error: code}}}
+	}
+	es := []history.Entry{
+		lead("n1", 2, 0), lead("n2", 3, 10e9), lead("", 0, 20e9), lead("n1", 5, 30e9),
+		{Type: history.TypeOp, F: history.FRead, Outcome: history.OK, Start: 30e9 + 5e8},
+		{Type: history.TypeOp, F: history.FRead, Outcome: history.OK, Start: 35e9},
+		commit("zombie: generation 3", "ILLEGAL_GENERATION"),
+		commit("", "UNKNOWN_MEMBER_ID"),
+		commit("zombie: generation 4", ""),
+	}
+	x := Expose(es)
+	if x.LeaderChanges != 4 || len(x.LedAgain) != 1 || x.ReadsAfterLeaderChange != 1 {
+		t.Fatalf("leadership: %+v, want 4 changes, n1 leading again, 1 read just after a change", x)
+	}
+	if x.ZombieCommits != 2 || x.ZombieCommitsRefused != 1 || x.ZombieCommitsAcked != 1 ||
+		x.CommitsRefused["ILLEGAL_GENERATION"] != 1 || x.CommitsRefused["UNKNOWN_MEMBER_ID"] != 1 {
+		t.Fatalf("commits: %+v", x)
+	}
+}

@@ -47,14 +47,23 @@ type Groups struct {
 	// process with its instance ID (it becomes a zombie the group must
 	// fence: KIP-345); CutJoins the chance that a rejoin's JoinGroup is cut
 	// (its connection reset) while it waits at the join barrier. Defaults
-	// 0.25 and 0.2; negative: never.
-	Duplicates, CutJoins float64
+	// 0.25 and 0.2; negative: never. Freezes is the chance that a dynamic
+	// member, at the end of its life, freezes instead (every call held for
+	// 1.5 session timeouts, then sent with its old member ID and
+	// generation: it must be fenced) and lives on; ZombieCommits the chance
+	// that a commit is held back until the group has moved to a newer
+	// generation and then delivered (the client was told it failed), as a
+	// delayed packet would be: it must be refused. Defaults 0.15 and 0.03.
+	Duplicates, CutJoins, Freezes, ZombieCommits float64
 
 	procs   atomic.Int64
 	offsets sync.Map // history.Key → *atomic.Int64, the next offset of a partition
 	churn   atomic.Bool
 	mu      sync.Mutex
 	live    map[string]*incarnation // slot → current incarnation
+	gens    map[string]int32        // group → newest generation a member was answered
+	held    sync.WaitGroup          // zombie commits not yet delivered
+	runDone <-chan struct{}         // closed when Run's context ends
 	zombies sync.WaitGroup          // duplicated incarnations still running
 }
 
@@ -63,9 +72,11 @@ type incarnation struct {
 	proc                        int
 	member                      *client.Member
 	crashed                     atomic.Bool
-	mu                          sync.Mutex
-	owned                       []client.TopicPartition
-	rng                         *rand.Rand // for the interceptor's faults, under mu
+	// thawed is closed when a frozen member resumes (nil: not frozen).
+	thawed atomic.Pointer[chan struct{}]
+	mu     sync.Mutex
+	owned  []client.TopicPartition
+	rng    *rand.Rand // for the interceptor's faults, under mu
 }
 
 // cutAfter is how long a JoinGroup chosen to be cut runs first: half the
@@ -110,9 +121,16 @@ func (w *Groups) defaults() {
 	if w.CutJoins == 0 {
 		w.CutJoins = 0.2
 	}
+	if w.Freezes == 0 {
+		w.Freezes = 0.15
+	}
+	if w.ZombieCommits == 0 {
+		w.ZombieCommits = 0.03
+	}
 	w.mu.Lock()
 	if w.live == nil {
 		w.live = map[string]*incarnation{}
+		w.gens = map[string]int32{}
 	}
 	w.mu.Unlock()
 }
@@ -139,6 +157,9 @@ func (w *Groups) StopChurn() { w.churn.Store(false) }
 // Run drives every slot until ctx ends; members are then closed.
 func (w *Groups) Run(ctx context.Context) {
 	w.defaults()
+	w.mu.Lock()
+	w.runDone = ctx.Done()
+	w.mu.Unlock()
 	w.churn.Store(w.LifetimeMax > 0)
 	var wg sync.WaitGroup
 	for gi, g := range w.GroupIDs() {
@@ -154,6 +175,13 @@ func (w *Groups) Run(ctx context.Context) {
 	}
 	wg.Wait()
 	w.zombies.Wait()
+	w.held.Wait()
+}
+
+// memberEvent is event with the incarnation's member ID.
+func (w *Groups) memberEvent(f string, inc *incarnation, note string) {
+	w.Rec.Add(history.Entry{Type: history.TypeEvent, F: f, Group: inc.group, Instance: inc.instance, Incarnation: inc.name,
+		Process: inc.proc, Member: inc.member.MemberID(), Start: w.Rec.Now(), Note: note})
 }
 
 func (w *Groups) event(f, group, instance, name string, proc int, note string) {
@@ -261,6 +289,7 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 	}
 	lifeEnd := time.After(life)
 	how := history.EvMemberLeave
+	froze := false
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -269,11 +298,17 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 			w.Log.Warn("groups: member stopped by itself", "incarnation", inc.name, "err", err)
 			stop()
 			commits.Wait()
-			w.event(history.EvMemberCrash, inc.group, inc.instance, inc.name, inc.proc, "member stopped: "+errString(err))
+			w.memberEvent(history.EvMemberCrash, inc, "member stopped: "+errString(err))
 			return history.EvMemberCrash
 		case <-lifeEnd:
 			if !w.churn.Load() {
 				lifeEnd = time.After(time.Second)
+				continue
+			}
+			if inc.instance == "" && !froze && rng.Float64() < w.Freezes {
+				froze = true
+				w.freeze(ctx, inc)
+				lifeEnd = time.After(w.SessionTimeout)
 				continue
 			}
 			done = true
@@ -295,7 +330,7 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 	if how == history.EvMemberCrash {
 		// The process dies: nothing more leaves it, not even a LeaveGroup.
 		inc.crashed.Store(true)
-		w.event(history.EvMemberCrash, inc.group, inc.instance, inc.name, inc.proc, "")
+		w.memberEvent(history.EvMemberCrash, inc, "")
 		stop()
 		commits.Wait()
 		<-ran
@@ -338,6 +373,33 @@ func (w *Groups) watchZombie(ctx context.Context, inc *incarnation, ran <-chan e
 	w.event(ev, inc.group, inc.instance, inc.name, inc.proc, note)
 }
 
+// freeze holds every call of the member for 1.5 session timeouts, as if
+// its process were stopped, then lets them go with what they carried: the
+// old member ID and generation, which the group must have fenced.
+func (w *Groups) freeze(ctx context.Context, inc *incarnation) {
+	thawed := make(chan struct{})
+	inc.thawed.Store(&thawed)
+	w.memberEvent(history.EvMemberFreeze, inc, "")
+	sleep(ctx, w.SessionTimeout*3/2)
+	w.memberEvent(history.EvMemberResume, inc, "")
+	close(thawed)
+}
+
+// held waits while the member is frozen and reports whether it was.
+func (inc *incarnation) held() bool {
+	ch := inc.thawed.Load()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-*ch:
+		return false
+	default:
+	}
+	<-*ch
+	return true
+}
+
 // committer commits the next offset of every owned partition, over and
 // over: offsets per partition only grow, across members.
 func (w *Groups) committer(ctx context.Context, inc *incarnation) {
@@ -370,7 +432,18 @@ func (w *Groups) interceptor(inc *incarnation) grpc.UnaryClientInterceptor {
 		if inc.crashed.Load() {
 			return errCrashed
 		}
+		if inc.held() {
+			// The frozen process's call goes out now, with a fresh
+			// deadline: its own ran out while it was stopped.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			ctx = fctx
+		}
 		start := w.Rec.Now()
+		if c, ok := req.(*cohortv1.OffsetCommitRequest); ok && c.GetGeneration() >= 0 && inc.chance(w.ZombieCommits) {
+			w.held.Go(func() { w.zombieCommit(inc, c, method, cc, invoker, opts) })
+			return status.Error(codes.Unavailable, "chaos: commit delayed in the network")
+		}
 		if j, ok := req.(*cohortv1.JoinGroupRequest); ok && j.GetMemberId() != "" {
 			if after, cut := inc.cutAfter(w.CutJoins); cut {
 				return w.cutJoin(ctx, inc, start, after, j, method, reply, cc, invoker, opts)
@@ -378,8 +451,56 @@ func (w *Groups) interceptor(inc *incarnation) grpc.UnaryClientInterceptor {
 		}
 		var c call
 		err := invoker(ctx, method, req, reply, cc, append(opts, c.options()...)...)
-		return w.record(inc, start, &c, cc, req, reply, err)
+		return w.record(inc, start, &c, cc, req, reply, err, "")
 	}
+}
+
+func (inc *incarnation) chance(p float64) bool {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	return inc.rng.Float64() < p
+}
+
+// zombieCommit delivers a commit the member was told had failed once the
+// group has moved past its generation (a member was answered a newer one),
+// or after three session timeouts: a packet delayed past a rebalance. The
+// group must refuse it (checkers 10 and 11 judge it).
+func (w *Groups) zombieCommit(inc *incarnation, req *cohortv1.OffsetCommitRequest, method string, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts []grpc.CallOption) {
+	gen := req.GetGeneration()
+	limit := time.Now().Add(3 * w.SessionTimeout)
+	newer := int32(0)
+	w.mu.Lock()
+	done := w.runDone
+	w.mu.Unlock()
+	for time.Now().Before(limit) && !inc.crashed.Load() {
+		w.mu.Lock()
+		newer = w.gens[inc.group]
+		w.mu.Unlock()
+		if newer > gen {
+			break
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if inc.crashed.Load() {
+		return
+	}
+	note := fmt.Sprintf("generation %d sent after generation %d was answered", gen, newer)
+	if newer <= gen {
+		note = fmt.Sprintf("generation %d sent after %v with no newer generation", gen, 3*w.SessionTimeout)
+	}
+	w.memberEvent(history.EvZombieCommit, inc, note)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var c call
+	reply := new(cohortv1.OffsetCommitResponse)
+	start := w.Rec.Now()
+	err := invoker(ctx, method, req, reply, cc, append(opts, c.options()...)...)
+	_ = w.record(inc, start, &c, cc, req, reply, err, "zombie: "+note)
 }
 
 // cutJoin sends a JoinGroup and resets its connection after the given
@@ -393,7 +514,7 @@ func (w *Groups) cutJoin(ctx context.Context, inc *incarnation, start int64, aft
 	timer := time.AfterFunc(after, cancel)
 	err := invoker(cctx, method, j, reply, cc, append(opts, c.options()...)...)
 	if timer.Stop() {
-		return w.record(inc, start, &c, cc, j, reply, err) // answered in time
+		return w.record(inc, start, &c, cc, j, reply, err, "") // answered in time
 	}
 	w.Rec.Add(history.Entry{Type: history.TypeOp, F: history.FJoin, Process: inc.proc, Start: start, End: w.Rec.Now(),
 		Node: cc.Target(), Group: inc.group, Instance: inc.instance, Incarnation: inc.name, Member: j.GetMemberId(),
@@ -404,13 +525,13 @@ func (w *Groups) cutJoin(ctx context.Context, inc *incarnation, start int64, aft
 }
 
 // record adds one group call to the history and returns its error.
-func (w *Groups) record(inc *incarnation, start int64, c *call, cc *grpc.ClientConn, req, reply any, err error) error {
+func (w *Groups) record(inc *incarnation, start int64, c *call, cc *grpc.ClientConn, req, reply any, err error, note string) error {
 	if inc.crashed.Load() && err == nil {
 		// Answered after the crash: the dead process never saw it.
 		return errCrashed
 	}
 	e := history.Entry{Type: history.TypeOp, Process: inc.proc, Start: start, End: w.Rec.Now(), Node: cc.Target(),
-		Group: inc.group, Instance: inc.instance, Incarnation: inc.name}
+		Group: inc.group, Instance: inc.instance, Incarnation: inc.name, Note: note}
 	e.Outcome, e.Error = classify(err, c), errString(err)
 	switch r := req.(type) {
 	case *cohortv1.JoinGroupRequest:
@@ -434,7 +555,7 @@ func (w *Groups) record(inc *incarnation, start int64, c *call, cc *grpc.ClientC
 			e.Plan = nil
 		}
 	case *cohortv1.HeartbeatRequest:
-		e.F, e.Member, e.Generation = "heartbeat", r.GetMemberId(), r.GetGeneration()
+		e.F, e.Member, e.Generation = history.FHeartbeat, r.GetMemberId(), r.GetGeneration()
 	case *cohortv1.OffsetCommitRequest:
 		e.F, e.Member, e.Generation = history.FCommit, r.GetMemberId(), r.GetGeneration()
 		results := map[history.Partition]*cohortv1.OffsetCommitPartitionResult{}
@@ -458,6 +579,11 @@ func (w *Groups) record(inc *incarnation, start int64, c *call, cc *grpc.ClientC
 		}
 	default:
 		return err
+	}
+	if e.Outcome == history.OK && (e.F == history.FJoin || e.F == history.FSync || e.F == history.FHeartbeat) {
+		w.mu.Lock()
+		w.gens[e.Group] = max(w.gens[e.Group], e.Generation)
+		w.mu.Unlock()
 	}
 	w.Rec.Add(e)
 	return err
@@ -542,6 +668,37 @@ func (w *Groups) AwaitStable(ctx context.Context, window time.Duration) {
 	for _, g := range pending {
 		w.Rec.Add(history.Entry{Type: history.TypeOp, Process: 950, F: history.FDescribe, Final: true, Group: g,
 			Start: start, End: w.Rec.Now(), Outcome: history.Fail, Error: last[g]})
+	}
+}
+
+// Monitor describes every group every 500 ms until ctx ends and records
+// the answers (state, generation, members): checker 12 reads from them
+// whether crashed members were expired during the run.
+func (w *Groups) Monitor(ctx context.Context) {
+	w.defaults()
+	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, Credentials: w.Creds.Admin, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		w.Log.Error("groups monitor", "err", err)
+		return
+	}
+	defer conn.Close()
+	for ctx.Err() == nil {
+		start := w.Rec.Now()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		described, err := client.DescribeGroups(cctx, conn.Groups(), &cohortv1.DescribeGroupsRequest{GroupIds: w.GroupIDs()})
+		cancel()
+		if err == nil {
+			end := w.Rec.Now()
+			for _, d := range described {
+				e := history.Entry{Type: history.TypeOp, Process: 970, F: history.FDescribe, Group: d.GetGroupId(),
+					State: d.GetState(), Generation: d.GetGeneration(), Start: start, End: end, Outcome: history.OK}
+				for _, m := range d.GetMembers() {
+					e.Members = append(e.Members, history.Member{Member: m.GetMemberId(), Instance: m.GetInstanceId()})
+				}
+				w.Rec.Add(e)
+			}
+		}
+		sleep(ctx, 500*time.Millisecond)
 	}
 }
 

@@ -43,6 +43,10 @@ type Offsets struct {
 	used   map[history.Key]bool
 	lastOK map[int]time.Time
 	start  time.Time
+	// The chaser's clients per endpoint (writer, reader); conns only
+	// touched by the chaser's one goroutine.
+	chasers map[string][2]cohortv1.GroupCoordinatorClient
+	conns   []*grpc.ClientConn
 }
 
 func (w *Offsets) defaults() {
@@ -127,6 +131,9 @@ func (w *Offsets) Recovered(t time.Time) bool {
 }
 
 func (w *Offsets) ok(proc int) {
+	if proc == ChaseProc {
+		return // not a client that must recover
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lastOK[proc] = time.Now()
@@ -200,7 +207,7 @@ func (w *Offsets) client(ctx context.Context, proc int, endpoint string) {
 func (w *Offsets) write(ctx context.Context, groups cohortv1.GroupCoordinatorClient, proc int, endpoint string, k history.Key) {
 	v := w.next.Add(1)
 	e := history.Entry{Type: history.TypeOp, Process: proc, F: history.FWrite, Node: endpoint,
-		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Value: history.Int64(v), Start: w.Rec.Now()}
+		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Value: history.Int64(v), Start: w.Rec.Now(), Note: chaseNote(proc)}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
 	var c call
 	resp, err := groups.OffsetCommit(cctx, &cohortv1.OffsetCommitRequest{
@@ -225,7 +232,7 @@ func (w *Offsets) write(ctx context.Context, groups cohortv1.GroupCoordinatorCli
 
 func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClient, proc int, endpoint string, k history.Key, final bool) bool {
 	e := history.Entry{Type: history.TypeOp, Process: proc, F: history.FRead, Node: endpoint, Final: final,
-		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Start: w.Rec.Now()}
+		Group: k.Group, Topic: k.Topic, Partition: k.Partition, Start: w.Rec.Now(), Note: chaseNote(proc)}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
 	var c call
 	fetched, err := client.FetchOffsets(cctx, groups, &cohortv1.OffsetFetchRequest{
@@ -254,6 +261,67 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 		w.ok(proc)
 	}
 	return true
+}
+
+// ChaseProc is the process of the chaser's operations.
+const ChaseProc = 800
+
+// Chase sends n operations, reads and writes alternating on live keys, to
+// endpoint one after another, as clients that retry on a new leader the
+// moment it is elected would: the runner calls it when it sees a new
+// leader, so that a leader serving before it caught up (its barrier) or
+// without checking its leadership is read at once. Calls must not overlap
+// (one process).
+func (w *Offsets) Chase(ctx context.Context, endpoint string, n int) {
+	w.mu.Lock()
+	if w.chasers == nil {
+		w.chasers = map[string][2]cohortv1.GroupCoordinatorClient{}
+	}
+	cs, ok := w.chasers[endpoint]
+	w.mu.Unlock()
+	if !ok {
+		wconn, err := grpc.NewClient(endpoint, dialOptions(w.Creds.Admin)...)
+		if err != nil {
+			return
+		}
+		rconn, err := grpc.NewClient(endpoint, dialOptions(w.Creds.Client)...)
+		if err != nil {
+			wconn.Close()
+			return
+		}
+		w.conns = append(w.conns, wconn, rconn)
+		cs = [2]cohortv1.GroupCoordinatorClient{cohortv1.NewGroupCoordinatorClient(wconn), cohortv1.NewGroupCoordinatorClient(rconn)}
+		w.mu.Lock()
+		w.chasers[endpoint] = cs
+		w.mu.Unlock()
+	}
+	rng := rand.New(rand.NewPCG(w.Seed, uint64(w.next.Load())))
+	for i := range n {
+		if ctx.Err() != nil {
+			return
+		}
+		k := w.key(rng)
+		if i%2 == 0 {
+			w.read(ctx, cs[1], ChaseProc, endpoint, k, false)
+		} else {
+			w.write(ctx, cs[0], ChaseProc, endpoint, k)
+		}
+	}
+}
+
+// chaseNote marks the chaser's operations (history.NoteChase).
+func chaseNote(proc int) string {
+	if proc == ChaseProc {
+		return history.NoteChase
+	}
+	return ""
+}
+
+// CloseChasers closes the chaser's connections.
+func (w *Offsets) CloseChasers() {
+	for _, c := range w.conns {
+		c.Close()
+	}
 }
 
 // final: process ids of the final reads.
