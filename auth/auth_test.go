@@ -77,7 +77,7 @@ func Test_Credentials_ReloadReplacesAndRefusesMismatch(t *testing.T) {
 	if got := served().SerialNumber; got.Cmp(first) != 0 {
 		t.Fatalf("served serial %v, want %v", got, first)
 	}
-	time.Sleep(10 * time.Millisecond) // let the mtime move on coarse clocks
+	time.Sleep(10 * time.Millisecond) // time passes: the next write must get a later mtime on coarse clocks
 	if _, err := ca.IssueFiles(dir, "n1", Principal{RoleNode, "n1"}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func Test_Tokens_LookupReloadAndRefuseBadLines(t *testing.T) {
 	if got := toks.TokenFor(Principal{RoleNode, "n1"}); got != "bbbbbbbbbbbbbbbbbbbb" {
 		t.Fatalf("node token %q", got)
 	}
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // time passes: a later mtime for the rewrite
 	write("cccccccccccccccccccc,client,billing\n")
 	if changed, err := toks.Reload(); !changed || err != nil {
 		t.Fatalf("reload: %v %v", changed, err)
@@ -182,7 +182,7 @@ func Test_Tokens_LookupReloadAndRefuseBadLines(t *testing.T) {
 		t.Fatal("the static token was lost on reload")
 	}
 	for _, bad := range []string{"short,admin,x\n", "cccccccccccccccccccc,root,x\n", "cccccccccccccccccccc,admin\n"} {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // time passes: a later mtime for the rewrite
 		write(bad)
 		if _, err := toks.Reload(); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%q: err %v, want one naming line 1", bad, err)

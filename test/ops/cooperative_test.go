@@ -65,7 +65,7 @@ func TestProcess_CooperativeCommitInOnRevoked(t *testing.T) {
 		})
 	}
 	first = member("first", func(ctx context.Context, r []client.TopicPartition) {
-		time.Sleep(3 * session)
+		time.Sleep(3 * session) // time passes: an OnRevoked slower than three sessions
 		var offs []client.PartitionOffset
 		for _, tp := range r {
 			offs = append(offs, client.PartitionOffset{TopicPartition: tp, Offset: 500 + int64(tp.Partition)})

@@ -103,7 +103,7 @@ func TestProcess_RemoveLeader_LeadershipMovesFirstNoNewGeneration(t *testing.T) 
 		if g := load.waitStable(c.grpcAddrs(rest...), 6); g != gen {
 			t.Fatalf("generation %d after removing the leader, was %d", g, gen)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // time passes: the generation must hold for the whole window
 	}
 	if now := load.memberIDs(); !mapsEqual(now, ids) {
 		t.Fatalf("member IDs changed: %v, were %v", now, ids)
@@ -154,7 +154,7 @@ func TestProcess_TransferLeadership_MembersKeepSessionsAndGeneration(t *testing.
 			if g := load.waitStable(endpoints, 6); g != gen {
 				t.Fatalf("generation %d after the transfer, was %d", g, gen)
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // time passes: the generation must hold for the whole window
 		}
 	}
 	if now := load.memberIDs(); !mapsEqual(now, ids) {

@@ -24,6 +24,7 @@ type cuttableDialer struct {
 	mu      sync.Mutex
 	conns   []net.Conn
 	blocked bool
+	dials   int // connections made
 }
 
 func (d *cuttableDialer) dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -39,8 +40,15 @@ func (d *cuttableDialer) dial(ctx context.Context, addr string) (net.Conn, error
 	}
 	d.mu.Lock()
 	d.conns = append(d.conns, c)
+	d.dials++
 	d.mu.Unlock()
 	return c, nil
+}
+
+func (d *cuttableDialer) dialed() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials
 }
 
 // cut closes every connection; block also refuses new ones until unblock.
@@ -131,9 +139,15 @@ func TestProcess_ParkedJoinCut_MemberKeepsItsID(t *testing.T) {
 		n, err := parkedJoins(leaderHTTP)
 		return err == nil && n >= 2, fmt.Sprint(n, err)
 	})
-	time.Sleep(4 * time.Second) // twice a's session timeout, parked
+	time.Sleep(4 * time.Second) // time passes: twice a's session timeout, parked
+	dials := aNet.dialed()
 	aNet.cut(false)
-	time.Sleep(500 * time.Millisecond) // a's client retries (backoff at most 200 ms)
+	// a's client reconnects and retries its join, which must park beside
+	// c's before b comes back.
+	proc.WaitFor(t, 10*time.Second, "a's join retried and parked again", func() (bool, string) {
+		n, err := parkedJoins(leaderHTTP)
+		return aNet.dialed() > dials && err == nil && n >= 2, fmt.Sprint(aNet.dialed()-dials, " new connections, ", n, " parked joins, ", err)
+	})
 	bNet.unblock()
 	proc.WaitFor(t, 30*time.Second, "a in a later generation with partitions", func() (bool, string) {
 		return a.Generation() > gen && len(a.Assignment()) > 0, fmt.Sprint(a.Generation(), a.Assignment())

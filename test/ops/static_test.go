@@ -67,7 +67,7 @@ func TestProcess_StaticMemberDuplicate_NewestIncarnationWins(t *testing.T) {
 	})
 	// It keeps them: the group is Stable with the newer incarnation as its
 	// only member, over several heartbeats.
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // time passes: several heartbeats of the newer incarnation
 	select {
 	case err := <-newerDone:
 		t.Fatalf("the newer incarnation stopped: %v", err)
