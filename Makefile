@@ -9,7 +9,7 @@ PKGS     := ./...
 # per property (raise with: go test ./fsm/ -rapid.checks=N).
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test unit proto proto-check lint bench fuzz clean
+.PHONY: all build run test unit proto proto-check lint bench fuzz mutants mutants-tests clean
 
 all: build
 
@@ -71,6 +71,15 @@ bench:
 FUZZTIME ?= 5m
 fuzz:
 	GO=$(GO) scripts/fuzz.sh ./rpc $(FUZZTIME)
+
+# The mutation suite (docs/testing.md): each test/mutants/*.patch is a bug
+# that its named tests, and the chaos schedules it names, must catch.
+# mutants-tests is CI's share: every mutant against its tests, no chaos runs.
+mutants: chaos-bin
+	scripts/mutants.sh run
+
+mutants-tests:
+	scripts/mutants.sh run --no-chaos
 
 clean:
 	rm -rf $(BIN)
