@@ -237,10 +237,22 @@ func TestRealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T) 
 		if err != nil {
 			return false, err.Error()
 		}
-		st := resp.GetGroups()[0].GetState()
-		return st == "PreparingRebalance", st
+		d := resp.GetGroups()[0]
+		return d.GetState() == "PreparingRebalance" && d.GetGeneration() == g0, fmt.Sprintf("%s at generation %d", d.GetState(), d.GetGeneration())
 	})
-	c.Kill(c.Leader())
+	leader := c.Leader()
+	killed := c.Nodes[leader].Server // Kill forgets the node's server; its FSM stays readable
+	c.Kill(leader)
+	// The test is about a failover inside the rebalance: the killed leader
+	// must not have applied the round's completion, or the new leader only
+	// had a finished generation to serve.
+	if grp, ok := killed.FSM.Group(topic); !ok || grp.State != fsm.PreparingRebalance || grp.Generation != g0 {
+		last := "no group"
+		if ok {
+			last = fmt.Sprintf("%s at generation %d", grp.State, grp.Generation)
+		}
+		t.Fatalf("the leader was killed after the rebalance it was meant to interrupt: it last applied %s, want PreparingRebalance at generation %d", last, g0)
+	}
 	c.WaitServing()
 
 	g := waitStable(t, "four members after the failover", members, partitions)

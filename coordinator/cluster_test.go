@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -561,6 +562,7 @@ func TestOffsetRetention_LeaderExpiresOffsetsOfEmptyGroupsOnly(t *testing.T) {
 	createTopic(t, c, "t", 6)
 	ctx := testCtx(t)
 	a := newMember(t, c, "live", "t")
+	a.sessionMs = 30_000 // silent while the test waits; its session must outlast the wait
 	rebalance(t, ctx, a)
 	if _, err := a.commit(ctx, "t", 0, 10); err != nil {
 		t.Fatal(err)
@@ -573,12 +575,10 @@ func TestOffsetRetention_LeaderExpiresOffsetsOfEmptyGroupsOnly(t *testing.T) {
 		d := describe(t, c, 1, "solo")
 		return d.GetState() == "Dead", d.GetState()
 	})
-	// The live member keeps its session, and its group its offsets.
-	for range 5 {
-		if err := a.heartbeat(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// The sweep that expired solo's offsets, committed after live's, found
+	// live's past retention too: it kept them because live has a member.
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatal(err)
 	}
 	got, err := c.Groups(2).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "live"})
 	if err != nil || len(got.GetPartitions()) != 1 || got.GetPartitions()[0].GetOffset() != 10 {
@@ -684,7 +684,13 @@ func TestParkedMember_CutCall_KeepsItsSession(t *testing.T) {
 // static member comes back, the round completes with it (issue 13,
 // finding 9).
 func TestRebalance_NoMemberRejoined_CompletionPostponed(t *testing.T) {
-	c := cluster(t)
+	const postponed = "rebalance timeout passed with no member rejoined; completion postponed"
+	logs := &logCounter{}
+	cfg := testcluster.DefaultCoordinator()
+	cfg.InitialRebalanceDelay = 200 * time.Millisecond
+	cfg.Logger = slog.New(logs)
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: cfg})
+	createTopic(t, c, "t", 6)
 	ctx := testCtx(t)
 	s, d := newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
 	s.instance = "instance-1"
@@ -698,7 +704,10 @@ func TestRebalance_NoMemberRejoined_CompletionPostponed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, ctx, c, "g", "PreparingRebalance")
-	time.Sleep(4 * time.Duration(s.rebalMs) * time.Millisecond) // four rebalance timeouts pass
+	testcluster.WaitFor(t, 20*time.Second, "the rebalance timeout to pass twice with the round's completion postponed", func() (bool, string) {
+		n := logs.count(postponed)
+		return n >= 2, fmt.Sprintf("postponed %d times", n)
+	})
 	resp, err := c.Groups(c.Leader()).DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"g"}})
 	if err != nil {
 		t.Fatal(err)

@@ -2,10 +2,13 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,8 @@ import (
 
 // member drives the group protocol by hand over raw gRPC, so tests control
 // every request: which node it goes to, when it joins, syncs and heartbeats.
+// Its try* methods may run on any goroutine and return what failed; its
+// must* methods fail the test, so only the test's goroutine calls them.
 type member struct {
 	t          testing.TB
 	c          *testcluster.Cluster
@@ -70,7 +75,7 @@ func (m *member) tryJoin(ctx context.Context) error {
 		if reason(err) == "MEMBER_ID_REQUIRED" && m.id == "" {
 			m.id = errorInfo(err).GetMetadata()["member_id"]
 			if m.id == "" {
-				m.t.Fatalf("MEMBER_ID_REQUIRED without member_id metadata: %v", err)
+				return fmt.Errorf("MEMBER_ID_REQUIRED without member_id metadata: %w", err)
 			}
 			continue
 		}
@@ -181,23 +186,41 @@ func (m *member) owned() []string {
 // then everyone syncs. It fails the test on any error.
 func rebalance(t testing.TB, ctx context.Context, members ...*member) {
 	t.Helper()
+	if err := joinAll(ctx, members...); err != nil {
+		t.Fatal(err)
+	}
+	if err := all(members, "sync", func(m *member) error { return m.trySync(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// joinAll joins every member concurrently and returns once all have
+// answered, with every failure.
+func joinAll(ctx context.Context, members ...*member) error {
+	return all(members, "join", func(m *member) error { return m.tryJoin(ctx) })
+}
+
+// all runs fn for every member concurrently and returns once all have
+// returned, with every failure: the goroutines report, the caller fails
+// the test.
+func all(members []*member, what string, fn func(*member) error) error {
 	errs := make(chan error, len(members))
 	for _, m := range members {
-		go func() { errs <- m.tryJoin(ctx) }()
+		go func() {
+			if err := fn(m); err != nil {
+				errs <- fmt.Errorf("%s %q: %w", what, m.id, err)
+				return
+			}
+			errs <- nil
+		}()
 	}
+	var failed []error
 	for range members {
 		if err := <-errs; err != nil {
-			t.Fatalf("join: %v", err)
+			failed = append(failed, err)
 		}
 	}
-	for _, m := range members {
-		go func() { errs <- m.trySync(ctx) }()
-	}
-	for range members {
-		if err := <-errs; err != nil {
-			t.Fatalf("sync: %v", err)
-		}
-	}
+	return errors.Join(failed...)
 }
 
 // checkAssignment asserts the members' assignments are disjoint and cover
@@ -248,4 +271,33 @@ func leaderHeader(fn func(opt grpc.CallOption) error) (string, error) {
 		return v[0], err
 	}
 	return "", err
+}
+
+// logCounter is a slog handler that counts records by message: a test
+// waits on it for a decision the engine only logs (and discards the rest).
+type logCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	l.counts[r.Message]++
+	return nil
+}
+
+func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCounter) WithGroup(string) slog.Handler      { return l }
+
+// count is how many records with message msg were logged.
+func (l *logCounter) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.counts[msg]
 }

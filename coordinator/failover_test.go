@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -161,10 +160,13 @@ func TestFailover_Stable_KillLeader_KeepsGenerationAssignmentsAndOffsets(t *test
 			t.Fatalf("%s commit on the new leader: %v", id, err)
 		}
 	}
-	// Sessions were re-armed, not lost: the members are still there after
-	// a session timeout's worth of heartbeats.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	// Sessions were re-armed, not lost: members heartbeating every 200 ms
+	// are all still there after more than a session timeout (2 s). The
+	// ticker is the members' heartbeat interval, not a wait for the
+	// cluster.
+	heartbeats := time.NewTicker(200 * time.Millisecond)
+	defer heartbeats.Stop()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-heartbeats.C {
 		for id, ms := range groups {
 			for _, m := range ms {
 				if err := m.onLiveNode(ctx, func() error { return m.heartbeat(ctx) }); err != nil {
@@ -172,7 +174,6 @@ func TestFailover_Stable_KillLeader_KeepsGenerationAssignmentsAndOffsets(t *test
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -205,27 +206,12 @@ func TestFailover_MidJoinBarrier_OneNewGeneration(t *testing.T) {
 	c.WaitServing()
 
 	// Everyone retries on the new leader and the barrier completes once.
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := m.onLiveNode(ctx, func() error { return m.tryJoin(ctx) }); err != nil {
-				t.Errorf("join %s: %v", m.id, err)
-			}
-		}()
+	if err := all(ms, "join", func(m *member) error { return m.onLiveNode(ctx, func() error { return m.tryJoin(ctx) }) }); err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for _, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := m.onLiveNode(ctx, func() error { return m.trySync(ctx) }); err != nil {
-				t.Errorf("sync %s: %v", m.id, err)
-			}
-		}()
+	if err := all(ms, "sync", func(m *member) error { return m.onLiveNode(ctx, func() error { return m.trySync(ctx) }) }); err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
 	for _, m := range ms {
 		if m.generation != gen+1 {
 			t.Fatalf("member %s at generation %d, want exactly one new generation (%d)", m.id, m.generation, gen+1)
@@ -245,12 +231,9 @@ func TestFailover_MidSyncBarrier_SameGenerationEverywhere(t *testing.T) {
 		m.node = liveFollower(c)
 	}
 	// Join only: the group waits in CompletingRebalance for the plan.
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Add(1)
-		go func() { defer wg.Done(); m.mustJoin(ctx) }()
+	if err := joinAll(ctx, ms...); err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
 	gen := ms[0].generation
 	var leader *member
 	var followers []*member
@@ -266,7 +249,8 @@ func TestFailover_MidSyncBarrier_SameGenerationEverywhere(t *testing.T) {
 	for _, f := range followers {
 		go func() { results <- f.trySync(ctx) }()
 	}
-	time.Sleep(100 * time.Millisecond) // let the syncs reach the leader; either way they must retry
+	// The kill lands while the syncs wait at the barrier on the leader.
+	waitSyncParked(t, c, len(followers))
 	old := c.Leader()
 	c.Kill(old)
 	for range followers {

@@ -24,6 +24,9 @@ type fakeRaft struct {
 	commit    atomic.Uint64
 	applied   atomic.Uint64
 	term      atomic.Uint64
+	// appliedReads counts AppliedIndex calls: a read waiting for the FSM
+	// to catch up polls it.
+	appliedReads atomic.Int64
 }
 
 func (f *fakeRaft) Apply(context.Context, *fsmv1.Command) (*fsm.ApplyResult, error) {
@@ -33,7 +36,7 @@ func (f *fakeRaft) Barrier(context.Context) error { return nil }
 func (f *fakeRaft) IsLeader() bool                { return true }
 func (f *fakeRaft) Term() uint64                  { return f.term.Load() }
 func (f *fakeRaft) CommitIndex() uint64           { return f.commit.Load() }
-func (f *fakeRaft) AppliedIndex() uint64          { return f.applied.Load() }
+func (f *fakeRaft) AppliedIndex() uint64          { f.appliedReads.Add(1); return f.applied.Load() }
 func (f *fakeRaft) VerifyLeader(ctx context.Context) error {
 	f.started <- f.rounds.Add(1)
 	select {
@@ -71,8 +74,15 @@ func TestReadBarrier_ReadsShareTheNextRound(t *testing.T) {
 			done.Add(1)
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // let the 50 queue up behind round 1
-	f.release <- struct{}{}           // round 1 ends
+	pollUntil(t, "the 50 reads to queue up behind round 1", func() (bool, string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.next == nil {
+			return false, "no read waits for a next round"
+		}
+		return b.next.waiting == 50, fmt.Sprintf("%d reads wait for the next round", b.next.waiting)
+	})
+	f.release <- struct{}{} // round 1 ends
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +109,22 @@ func TestReadBarrier_WaitsForApplyAndReportsLostLeadership(t *testing.T) {
 	defer cancel()
 	res := make(chan error, 1)
 	go func() { res <- b.wait(ctx, 0) }()
+	// The read's round has passed; it now polls the applied index. Once it
+	// has seen index 5 a few times it has had every chance to answer
+	// early.
+	pollUntil(t, "the read to wait for the FSM to apply index 7", func() (bool, string) {
+		select {
+		case err := <-res:
+			t.Fatalf("read answered (%v) before the FSM applied the commit index it arrived at", err)
+		default:
+		}
+		n := f.appliedReads.Load()
+		return n >= 3, fmt.Sprintf("applied index read %d times", n)
+	})
 	select {
 	case err := <-res:
 		t.Fatalf("read answered (%v) before the FSM applied the commit index it arrived at", err)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	f.applied.Store(7)
 	if err := <-res; err != nil {
