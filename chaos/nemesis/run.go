@@ -271,9 +271,11 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 	return a, err
 }
 
-// flicker pauses the leader for 100-600 ms, resumes it, waits 200-1000 ms
-// and does it again (the leader may have changed) until ctx ends. It
-// returns the nodes it paused.
+// flicker pauses the leader for 200-1200 ms (about half of them past the
+// 500 ms heartbeat timeout, so a new leader is elected while the paused
+// one still believes it leads), resumes it, waits 200-1000 ms and does it
+// again (the leader may have changed) until ctx ends. It returns the nodes
+// it paused.
 func (r *Runner) flicker(ctx context.Context, rng *rand.Rand, first *cluster.Node) []string {
 	var touched []string
 	l := first
@@ -293,7 +295,7 @@ func (r *Runner) flicker(ctx context.Context, rng *rand.Rand, first *cluster.Nod
 			if !slices.Contains(touched, l.ID) {
 				touched = append(touched, l.ID)
 			}
-			sleepFor(context.WithoutCancel(ctx), 100*time.Millisecond+time.Duration(rng.Int64N(int64(500*time.Millisecond))))
+			sleepFor(context.WithoutCancel(ctx), 200*time.Millisecond+time.Duration(rng.Int64N(int64(time.Second))))
 			if err := r.C.Resume(l); err != nil {
 				r.Log.Warn("nemesis: flicker: resume", "node", l.ID, "err", err)
 			}

@@ -96,9 +96,7 @@ func Expose(es []history.Entry) Exposure {
 					if code == "" {
 						code = e.Error
 					}
-					if i := strings.IndexAny(code, ": "); i > 0 {
-						code = code[:i]
-					}
+					code = codeOf(code)
 					x.CommitsRefused[code]++
 					refused = true
 				case history.OK:
@@ -134,4 +132,18 @@ func (x Exposure) text() string {
 	fmt.Fprintf(&b, "  exposure: zombie commits %d sent, %d refused, %d acknowledged; %d freezes, %d static duplicates, %d crashed members to expire\n",
 		x.ZombieCommits, x.ZombieCommitsRefused, x.ZombieCommitsAcked, x.Freezes, x.Duplicates, x.CrashesExpected)
 	return b.String()
+}
+
+// codeOf shortens a refusal to its code: a partition's error code
+// (ILLEGAL_GENERATION), or a call's gRPC status code.
+func codeOf(err string) string {
+	if rest, ok := strings.CutPrefix(err, "rpc error: code = "); ok {
+		code, _, _ := strings.Cut(rest, " ")
+		return "grpc " + code
+	}
+	err = strings.TrimPrefix(err, "ERROR_CODE_")
+	if i := strings.IndexAny(err, ": "); i > 0 {
+		err = err[:i]
+	}
+	return err
 }

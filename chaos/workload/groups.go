@@ -462,9 +462,10 @@ func (inc *incarnation) chance(p float64) bool {
 }
 
 // zombieCommit delivers a commit the member was told had failed once the
-// group has moved past its generation (a member was answered a newer one),
-// or after three session timeouts: a packet delayed past a rebalance. The
-// group must refuse it (checkers 10 and 11 judge it).
+// group has moved past its generation (a member was answered a newer one):
+// a packet delayed past a rebalance. The group must refuse it (checkers 10
+// and 11 judge it). With no newer generation within three session
+// timeouts it is dropped.
 func (w *Groups) zombieCommit(inc *incarnation, req *cohortv1.OffsetCommitRequest, method string, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts []grpc.CallOption) {
 	gen := req.GetGeneration()
@@ -486,13 +487,12 @@ func (w *Groups) zombieCommit(inc *incarnation, req *cohortv1.OffsetCommitReques
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if inc.crashed.Load() {
+	if inc.crashed.Load() || newer <= gen {
+		// Lost in the network instead: delivered late within its own
+		// generation it would be a legitimate commit of a lower offset.
 		return
 	}
 	note := fmt.Sprintf("generation %d sent after generation %d was answered", gen, newer)
-	if newer <= gen {
-		note = fmt.Sprintf("generation %d sent after %v with no newer generation", gen, 3*w.SessionTimeout)
-	}
 	w.memberEvent(history.EvZombieCommit, inc, note)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
