@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,7 +81,6 @@ func TestHTTP_HealthAndReadiness(t *testing.T) {
 		{"/healthz", fakeReadiness{false, "no known raft leader"}, http.StatusOK, "ok"},
 		{"/readyz", fakeReadiness{true, ""}, http.StatusOK, "ready"},
 		{"/readyz", fakeReadiness{false, "no known raft leader"}, http.StatusServiceUnavailable, "not ready: no known raft leader"},
-		{"/metrics", fakeReadiness{}, http.StatusOK, ""},
 	}
 	for _, tt := range tests {
 		rec := httptest.NewRecorder()
@@ -85,6 +88,99 @@ func TestHTTP_HealthAndReadiness(t *testing.T) {
 		if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.wantBody) {
 			t.Errorf("GET %s (ready=%v): %d %q, want %d containing %q", tt.path, tt.ready.ok, rec.Code, rec.Body.String(), tt.wantCode, tt.wantBody)
 		}
+	}
+}
+
+// syncBuffer collects cohortd's log while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startedHTTPAddr is the http_address of the "cohortd started" line of a
+// JSON log, or "" before it is written.
+func startedHTTPAddr(log string) string {
+	for _, line := range strings.Split(log, "\n") {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"http_address"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "cohortd started" {
+			return rec.Addr
+		}
+	}
+	return ""
+}
+
+// /metrics of a running cohortd serves what run registers: the node's Raft
+// and FSM families, the engine's and the API's, and the Go runtime and
+// process collectors, with live values (a bootstrapped single node counts
+// itself as the one voter).
+func TestMetrics_ServesRaftEngineAndProcessFamilies(t *testing.T) {
+	cmd := newRootCommand()
+	logs := &syncBuffer{}
+	cmd.SetOut(logs)
+	cmd.SetErr(logs)
+	cmd.SetArgs([]string{"--data-dir", t.TempDir(), "--bootstrap", "--log-format", "json",
+		"--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("cohortd: %v\n%s", err, logs)
+		}
+	})
+
+	wantFamilies := []string{
+		"cohort_raft_voters", "cohort_raft_state", "cohort_raft_commit_index", "cohort_fsm_topics",
+		"cohort_groups", "cohort_group_heartbeats_total",
+		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_start_time_seconds", "process_open_fds",
+	}
+	var body, missing string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("cohortd stopped before serving /metrics: %v\n%s", err, logs)
+		default:
+		}
+		if addr := startedHTTPAddr(logs.String()); addr != "" {
+			var code int
+			code, body = httpGet(ctx, "http://"+addr+"/metrics")
+			missing = ""
+			for _, name := range wantFamilies {
+				if !strings.Contains(body, "\n# TYPE "+name+" ") {
+					missing += " " + name
+				}
+			}
+			// The collectors are registered before the HTTP server
+			// starts: only the values wait for the election.
+			if code == http.StatusOK && missing != "" {
+				t.Fatalf("/metrics lacks the families%s:\n%s", missing, body)
+			}
+			if code == http.StatusOK && hasMetric(body, "cohort_raft_voters", "1") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never served the families (missing:%s) with cohort_raft_voters 1; last body:\n%s\nlog:\n%s", missing, body, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
