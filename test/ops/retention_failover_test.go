@@ -95,7 +95,7 @@ func TestProcess_RetentionSweepAfterFailover_NewLeaderExpiresEmptyGroupsOnly(t *
 	survivors := c.grpcAddrs(rest...)
 
 	var newLeader string
-	proc.WaitFor(t, 30*time.Second, "a new leader's sweep removes idle's offsets on every survivor", func() (bool, string) {
+	proc.WaitFor(t, 15*time.Second, "a new leader's sweep removes idle's offsets on every survivor", func() (bool, string) {
 		st, err := c.status()
 		if err != nil {
 			return false, err.Error()
