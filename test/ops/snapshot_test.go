@@ -25,20 +25,37 @@ type clusterState struct {
 	offsets map[string]*cohortv1.OffsetFetchResponse
 }
 
-// readState reads the state through one node, retrying while that node
-// does not know the leader's address yet.
+// readState reads the cluster's state through one node, which forwards
+// to the leader (a linearizable read), retrying while that node does not
+// know the leader's address yet.
 func readState(t *testing.T, endpoint string, groups ...string) clusterState {
 	t.Helper()
 	var s clusterState
 	var err error
 	proc.WaitFor(t, 10*time.Second, "state via "+endpoint, func() (bool, string) {
-		s, err = tryReadState(endpoint, groups...)
+		s, err = tryReadState(endpoint, false, groups...)
 		return err == nil, fmt.Sprint(err)
 	})
 	return s
 }
 
-func tryReadState(endpoint string, groups ...string) (clusterState, error) {
+// waitOwnState waits until the node at endpoint holds want itself: it is
+// asked with allow_stale, so it answers from its own state rather than
+// forwarding to the leader (whose state would be compared with itself).
+func waitOwnState(t *testing.T, what, endpoint string, want clusterState, groups ...string) {
+	t.Helper()
+	proc.WaitFor(t, 20*time.Second, what+": "+endpoint+" to hold the state itself", func() (bool, string) {
+		got, err := tryReadState(endpoint, true, groups...)
+		if err != nil {
+			return false, err.Error()
+		}
+		return stateDiff(want, got)
+	})
+}
+
+// tryReadState reads topics, groups and each group's offsets through
+// endpoint; stale: from the node's own state.
+func tryReadState(endpoint string, stale bool, groups ...string) (clusterState, error) {
 	var s clusterState
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -47,35 +64,36 @@ func tryReadState(endpoint string, groups ...string) (clusterState, error) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s.topics, err = cohortv1.NewTopicsClient(conn).ListTopics(ctx, &cohortv1.ListTopicsRequest{}); err != nil {
+	if s.topics, err = cohortv1.NewTopicsClient(conn).ListTopics(ctx, &cohortv1.ListTopicsRequest{AllowStale: stale}); err != nil {
 		return s, fmt.Errorf("list topics: %w", err)
 	}
 	gc := cohortv1.NewGroupCoordinatorClient(conn)
-	if s.groups, err = gc.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: groups}); err != nil {
+	if s.groups, err = gc.DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: groups, AllowStale: stale}); err != nil {
 		return s, fmt.Errorf("describe groups: %w", err)
 	}
 	s.offsets = map[string]*cohortv1.OffsetFetchResponse{}
 	for _, g := range groups {
-		if s.offsets[g], err = gc.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: g}); err != nil {
+		if s.offsets[g], err = gc.OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: g, AllowStale: stale}); err != nil {
 			return s, fmt.Errorf("fetch offsets of %s: %w", g, err)
 		}
 	}
 	return s, nil
 }
 
-func sameState(t *testing.T, what string, want, got clusterState) {
-	t.Helper()
+// stateDiff reports whether got is want, and else the first difference.
+func stateDiff(want, got clusterState) (bool, string) {
 	if !proto.Equal(want.topics, got.topics) {
-		t.Fatalf("%s: topics differ:\nwant %v\ngot  %v", what, want.topics, got.topics)
+		return false, fmt.Sprintf("topics differ:\nwant %v\ngot  %v", want.topics, got.topics)
 	}
 	if !proto.Equal(want.groups, got.groups) {
-		t.Fatalf("%s: groups differ:\nwant %v\ngot  %v", what, want.groups, got.groups)
+		return false, fmt.Sprintf("groups differ:\nwant %v\ngot  %v", want.groups, got.groups)
 	}
 	for g, w := range want.offsets {
 		if !proto.Equal(w, got.offsets[g]) {
-			t.Fatalf("%s: offsets of %s differ:\nwant %v\ngot  %v", what, g, w, got.offsets[g])
+			return false, fmt.Sprintf("offsets of %s differ:\nwant %v\ngot  %v", g, w, got.offsets[g])
 		}
 	}
+	return true, ""
 }
 
 // TestProcess_SnapshotRestoreIntoFreshCluster_StateIdentical: a snapshot
@@ -163,7 +181,7 @@ func TestProcess_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 		t.Fatalf("server-side refusal of a corrupted snapshot: %s", r)
 	}
 	for _, addr := range endpointsB {
-		sameState(t, "after refused restores on "+addr, before, readState(t, addr, "billing", "archive"))
+		waitOwnState(t, "after refused restores", addr, before, "billing", "archive")
 	}
 
 	// Through a follower: the client stream is forwarded to the leader.
@@ -175,14 +193,10 @@ func TestProcess_SnapshotRestoreIntoFreshCluster_StateIdentical(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "restored the snapshot") {
 		t.Fatalf("restore via a follower: %s", r)
 	}
-	// Every node of B has A's state, and B keeps working (forwarding
-	// reaches the right leader).
+	// Every node of B has A's state, each in its own, and B keeps
+	// working (forwarding reaches the right leader).
 	for _, addr := range endpointsB {
-		proc.WaitFor(t, 20*time.Second, "restored state on "+addr, func() (bool, string) {
-			n, err := countTopics(addr)
-			return err == nil && n == 2, "not yet"
-		})
-		sameState(t, "after restore via "+addr, wantState, readState(t, addr, "billing", "archive"))
+		waitOwnState(t, "after the restore", addr, wantState, "billing", "archive")
 	}
 	b.waitVoters("n1", "n2", "n3")
 	b.mustCtl("topics", "create", "after-restore", "--partitions", "1")
