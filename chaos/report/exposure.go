@@ -134,11 +134,16 @@ func (x Exposure) text() string {
 	return b.String()
 }
 
-// codeOf shortens a refusal to its code: a partition's error code
-// (ILLEGAL_GENERATION), or a call's gRPC status code.
+// codeOf shortens a refusal to its code: Cohort's error code
+// (ILLEGAL_GENERATION), from a partition's result or a refused call's
+// status message, else the call's gRPC code (a call that reached no
+// leader, not a fence).
 func codeOf(err string) string {
 	if rest, ok := strings.CutPrefix(err, "rpc error: code = "); ok {
-		code, _, _ := strings.Cut(rest, " ")
+		code, desc, _ := strings.Cut(rest, " desc = ")
+		if c, _, ok := strings.Cut(desc, ":"); ok && c != "" && strings.Trim(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == "" {
+			return c
+		}
 		return "grpc " + code
 	}
 	err = strings.TrimPrefix(err, "ERROR_CODE_")

@@ -64,7 +64,8 @@ func TestExpose_CountsFencesLeadershipReturnsAndZombies(t *testing.T) {
 		{Type: history.TypeOp, F: history.FRead, Outcome: history.OK, Start: 30e9 + 5e8},
 		{Type: history.TypeOp, F: history.FRead, Outcome: history.OK, Start: 35e9},
 		commit("zombie: generation 3", "ILLEGAL_GENERATION"),
-		commit("", "UNKNOWN_MEMBER_ID"),
+		commit("", "rpc error: code = FailedPrecondition desc = UNKNOWN_MEMBER_ID: member \"m\" is not in group \"g\""),
+		commit("", "rpc error: code = Unavailable desc = no raft leader is known"),
 		commit("zombie: generation 4", ""),
 	}
 	x := Expose(es)
@@ -72,7 +73,8 @@ func TestExpose_CountsFencesLeadershipReturnsAndZombies(t *testing.T) {
 		t.Fatalf("leadership: %+v, want 4 changes, n1 leading again, 1 read just after a change", x)
 	}
 	if x.ZombieCommits != 2 || x.ZombieCommitsRefused != 1 || x.ZombieCommitsAcked != 1 ||
-		x.CommitsRefused["ILLEGAL_GENERATION"] != 1 || x.CommitsRefused["UNKNOWN_MEMBER_ID"] != 1 {
+		x.CommitsRefused["ILLEGAL_GENERATION"] != 1 || x.CommitsRefused["UNKNOWN_MEMBER_ID"] != 1 ||
+		x.CommitsRefused["grpc Unavailable"] != 1 {
 		t.Fatalf("commits: %+v", x)
 	}
 }
