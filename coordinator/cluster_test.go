@@ -704,7 +704,7 @@ func TestRebalance_NoMemberRejoined_CompletionPostponed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, ctx, c, "g", "PreparingRebalance")
-	testcluster.WaitFor(t, 20*time.Second, "the rebalance timeout to pass twice with the round's completion postponed", func() (bool, string) {
+	testcluster.WaitFor(t, 10*time.Second, "the rebalance timeout to pass twice with the round's completion postponed", func() (bool, string) {
 		n := logs.count(postponed)
 		return n >= 2, fmt.Sprintf("postponed %d times", n)
 	})

@@ -311,9 +311,12 @@ func TestNewLeader_ServesNothingBeforeItsBarrier(t *testing.T) {
 
 // A node that led, lost leadership and leads again re-arms every member's
 // session deadline from its FSM, as a node leading for the first time
-// does: a member silent since must be expired a session timeout after the
-// leadership returned (the tick's precision aside). The engine's clock is
-// the test's, so a deadline passes exactly when the test moves the clock.
+// does: while it followed, members heartbeated to another leader, which it
+// never heard. So a member's deadline is a session timeout after the
+// leadership returned, not one it held from its earlier leadership (nor
+// none): a member silent since is expired then, not before. The engine's
+// clock is the test's, so a deadline passes exactly when the test moves
+// the clock.
 func TestSessions_ExpireAfterLeadershipReturnsToANodeThatLedBefore(t *testing.T) {
 	const session = 300 * time.Millisecond
 	s := newSteeredEngine(t)
@@ -321,15 +324,19 @@ func TestSessions_ExpireAfterLeadershipReturnsToANodeThatLedBefore(t *testing.T)
 	s.awaitServing(t)
 	id, _ := stableMember(t, s.Engine, int32(session.Milliseconds()))
 	s.follow(t)
+	s.clock.advance(10 * session) // the member heartbeats to the other leader
 
 	s.lead()
 	s.awaitServing(t)
-	// The member never speaks again. Nothing may expire it before its
-	// session timeout has passed since leadership returned; once it has
-	// (plus a tick), it must be removed, with no more time passing.
-	if g, _ := s.fsm.Group("g"); g == nil || len(g.Members) != 1 {
-		t.Fatalf("the member is gone before any time passed: %+v", g)
+	returned := s.clock.Now()
+	s.mu.Lock()
+	deadline, armed := s.sessions[memberKey{"g", id}]
+	s.mu.Unlock()
+	if want := returned.Add(session); !armed || !deadline.Equal(want) {
+		t.Fatalf("member's session deadline when leadership returned: %v (armed %t), want %v: a session timeout from then", deadline.Sub(returned), armed, session)
 	}
+	// The member never speaks again: a session timeout (plus a tick) later
+	// it must be removed, with no more time passing.
 	s.clock.advance(session + s.cfg.Tick)
 	pollUntil(t, "the silent member to expire one session timeout after leadership returned", func() (bool, string) {
 		g, _ := s.fsm.Group("g")
