@@ -44,7 +44,7 @@ func run() int {
 	fs.DurationVar(&o.Time, "time", 2*time.Minute, "length of the fault period (setup and the final phase come on top)")
 	fs.IntVar(&o.Nodes, "nodes", 3, "cohortd nodes: 3 or 5")
 	fs.StringVar(&o.Nemesis, "nemesis", "mixed", "fault kinds or groups, comma-separated: "+strings.Join(nemesis.AllKinds, ", ")+
-		"; groups: kill, pause, partition, membership, leader, mixed, none")
+		"; groups: kill, pause, partition, membership, leader, leader-flap, mixed, none")
 	fs.StringVar(&o.Workload, "workload", "both", "offsets, groups or both")
 	fs.BoolVar(&o.NoMemberFaults, "no-member-faults", false, "groups workload without its member faults: a second process taking a static member's instance ID while the first runs, JoinGroup calls cut while parked at the barrier")
 	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run, and with TLS calls authorization must refuse (every one must be refused as promised)")
@@ -80,7 +80,7 @@ func run() int {
 		return 0
 	}
 	if check != "" {
-		return recheck(check)
+		return recheck(check, o.SessionTimeout)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,14 +119,15 @@ func run() int {
 	return 0
 }
 
-// recheck runs the checkers over a saved history again.
-func recheck(dir string) int {
+// recheck runs the checkers over a saved history again, with the run's
+// session timeout (--session-timeout, as the run was given it).
+func recheck(dir string, session time.Duration) int {
 	es, err := history.Load(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cohort-chaos:", err)
 		return 2
 	}
-	rs := checker.All(es, checker.Options{})
+	rs := checker.All(es, checker.Options{RideOut: nemesis.RideOut, SessionTimeout: session, RebalanceTimeout: 2 * session})
 	r := &report.Results{Run: dir}
 	report.Summarise(r, es, rs)
 	fmt.Print(report.Text(r))
