@@ -126,7 +126,7 @@ func (x Exposure) text() string {
 	for _, c := range codes {
 		refused = append(refused, fmt.Sprintf("%s %d", c, x.CommitsRefused[c]))
 	}
-	fmt.Fprintf(&b, "  exposure: commits refused by fence: %s\n", strings.Join(refused, ", "))
+	fmt.Fprintf(&b, "  exposure: commits refused, by code: %s\n", strings.Join(refused, ", "))
 	fmt.Fprintf(&b, "  exposure: %d leader changes; led again: %s; %d reads within 1 s of a leader change (%d chaser ops)\n",
 		x.LeaderChanges, strings.Join(x.LedAgain, ", "), x.ReadsAfterLeaderChange, x.ChaserOps)
 	fmt.Fprintf(&b, "  exposure: zombie commits %d sent, %d refused, %d acknowledged; %d freezes, %d static duplicates, %d crashed members to expire\n",
