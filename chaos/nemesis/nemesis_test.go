@@ -51,6 +51,25 @@ func TestFailoverOnly(t *testing.T) {
 	}
 }
 
+func TestLeaderFlapSchedule_KeepsEveryFaultBelowTheLeaderCap(t *testing.T) {
+	p := Plan{Kinds: Groups["leader-flap"], Length: 90 * time.Second, QuietMin: time.Second, QuietMax: 3 * time.Second,
+		FaultMin: 2 * time.Second, FaultMax: 10 * time.Second, LeaderFaultMax: 4 * time.Second}
+	s := NewSchedule(1, p)
+	if !s.FailoverOnly(6 * time.Second) {
+		t.Fatalf("leader-flap schedule not judged as failover-only:\n%s", s)
+	}
+	for _, st := range s.Steps {
+		if st.Duration > p.LeaderFaultMax {
+			t.Errorf("%s lasts %v, above the leader cap %v", st.Kind, st.Duration, p.LeaderFaultMax)
+		}
+	}
+	for _, k := range Groups["leader-flap"] {
+		if !slices.Contains(s.Kinds(), k) {
+			t.Errorf("90 s of leader-flap holds no %s:\n%s", k, s)
+		}
+	}
+}
+
 func TestResolve_DropsWhatTheModeCannotDo(t *testing.T) {
 	kinds, dropped, err := Resolve("mixed", false, false)
 	if err != nil {
