@@ -245,11 +245,17 @@ func TestNewLeader_ServesNothingBeforeItsBarrier(t *testing.T) {
 
 	s.raft.hold.Store(true)
 	s.lead()
-	select {
-	case <-s.raft.barrierEntered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the new leader never started its barrier")
-	}
+	pollUntil(t, "the new leader to start its barrier", func() (bool, string) {
+		select {
+		case <-s.raft.barrierEntered:
+			return true, ""
+		default:
+		}
+		if s.isServing() {
+			t.Fatal("the new leader serves although its leadership barrier has not completed")
+		}
+		return false, "no barrier yet"
+	})
 	applies := s.raft.applies.Load()
 	// JoinGroup comes last: a leader's rejoin starts a new generation,
 	// which would fence the others once served.
