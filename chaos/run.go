@@ -301,6 +301,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	sleepCtx(ctx, 5*time.Second)
 
 	nem := &nemesis.Runner{C: cl, Rec: rec, Log: log, StrictJoin: o.StrictJoin}
+	if offs != nil {
+		nem.Resumed = func(n *cluster.Node) { offs.Burst(wctx, n.GRPCAddr) }
+	}
 	healErr := nem.Run(ctx, sched)
 	if healErr != nil {
 		log.Error("nemesis", "err", healErr)
@@ -319,6 +322,11 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
 	sleepCtx(ctx, time.Until(healed.Add(5*time.Second)))
+	if grps != nil {
+		// A crash in a leadership that lasts, for checker 12 (its
+		// deadline, plus 3 s for the monitor to see it).
+		grps.CrashOne(ctx, 3*o.SessionTimeout+6*time.Second)
+	}
 	stopWorkloads()
 	wg.Wait()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Recovery)
@@ -400,6 +408,11 @@ func watchLeader(ctx context.Context, cl *cluster.Cluster, rec *history.Recorder
 	if offs != nil {
 		go func() {
 			defer offs.CloseChasers()
+			// A connection to every node first, so that a burst at a
+			// resumed leader goes out at once.
+			for _, n := range cl.Nodes {
+				offs.Chase(ctx, n.GRPCAddr, 2)
+			}
 			for {
 				select {
 				case <-ctx.Done():

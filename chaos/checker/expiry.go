@@ -16,7 +16,8 @@ import (
 // expires, so the clock restarts at every leader change the runner saw
 // (EvLeader) and does not run while there is none. The runner's describe
 // polls (non-final FDescribe with Members) that begin after the deadline,
-// in the same leadership, must not list the member.
+// in the same leadership, must not list the member; the first poll that
+// does not list it, at any time, shows it expired.
 //
 // Static members are left out: their instance restarts within a session
 // timeout and takes the old member's place in the group.
@@ -50,6 +51,11 @@ func Expiry(es []history.Entry, o Options) Result {
 			if d.Group != c.Group || d.Start <= c.Start {
 				continue
 			}
+			listed := slices.ContainsFunc(d.Members, func(m history.Member) bool { return m.Member == c.Member })
+			if !listed {
+				checked++ // expired (or replaced) in time
+				break
+			}
 			li := leaderAt(d.Start)
 			if li < 0 || leaders[li].Node == "" || leaderAt(d.End) != li {
 				continue // no leader, or it changed during the poll
@@ -59,13 +65,11 @@ func Expiry(es []history.Entry, o Options) Result {
 				continue
 			}
 			checked++
-			if slices.ContainsFunc(d.Members, func(m history.Member) bool { return m.Member == c.Member }) {
-				as = append(as, Anomaly{Kind: KindMemberNotExpired, Message: fmt.Sprintf(
-					"group %s: member %s crashed at %s and was still a member at %s, %s after leader %s (term %d) began at %s",
-					c.Group, c.Member, secs(c.Start), secs(d.Start), secs(d.Start-from), leaders[li].Node, leaders[li].Term,
-					secs(leaders[li].Start)), Ops: []history.Entry{c, leaders[li], d}})
-			}
-			break // one poll past the deadline decides
+			as = append(as, Anomaly{Kind: KindMemberNotExpired, Message: fmt.Sprintf(
+				"group %s: member %s crashed at %s and was still a member at %s, %s after leader %s (term %d) began at %s",
+				c.Group, c.Member, secs(c.Start), secs(d.Start), secs(d.Start-from), leaders[li].Node, leaders[li].Term,
+				secs(leaders[li].Start)), Ops: []history.Entry{c, leaders[li], d}})
+			break
 		}
 	}
 	return result(NameExpiry, checked, as)

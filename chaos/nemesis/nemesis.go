@@ -30,7 +30,7 @@ const (
 	PartitionBridge = "partition-bridge"
 	MemberRemoveAdd = "member-remove-add"
 	TransferLeader  = "transfer-leadership"
-	// PauseLeaderFlicker pauses whoever leads for 200-1200 ms, again and
+	// PauseLeaderFlicker pauses whoever leads for 300-2300 ms, again and
 	// again (200-1000 ms apart) for the fault's duration: short leader
 	// pauses, each long enough for an election or not.
 	PauseLeaderFlicker = "pause-leader-flicker"

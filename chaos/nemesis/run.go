@@ -29,6 +29,20 @@ type Runner struct {
 	// a non-voter with `cohortctl cluster promote`, as an operator would,
 	// and says so in the history (the join-path bug in docs/chaos.md).
 	StrictJoin bool
+	// Resumed, when set, is called (on its own goroutine) the moment a
+	// paused leader is resumed: it still believes it leads until it hears
+	// of the newer term, and a read it answers from its own state then is
+	// stale unless it confirms its leadership first.
+	Resumed func(n *cluster.Node)
+}
+
+// resume sends SIGCONT and calls Resumed.
+func (r *Runner) resume(n *cluster.Node) error {
+	err := r.C.Resume(n)
+	if err == nil && r.Resumed != nil {
+		go r.Resumed(n)
+	}
+	return err
 }
 
 // active is a fault in place, with what undoes it.
@@ -215,7 +229,7 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 		a.heal = func(context.Context) error {
 			var errs []error
 			for _, t := range targets {
-				errs = append(errs, r.C.Resume(t))
+				errs = append(errs, r.resume(t))
 			}
 			return errors.Join(errs...)
 		}
@@ -271,9 +285,9 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 	return a, err
 }
 
-// flicker pauses the leader for 200-1200 ms (about half of them past the
-// 500 ms heartbeat timeout, so a new leader is elected while the paused
-// one still believes it leads), resumes it, waits 200-1000 ms and does it
+// flicker pauses the leader for 300-2300 ms (most of them past the 500 ms
+// heartbeat timeout, so a new leader is elected while the paused one still
+// believes it leads), resumes it, waits 200-1000 ms and does it
 // again (the leader may have changed) until ctx ends. It returns the nodes
 // it paused.
 func (r *Runner) flicker(ctx context.Context, rng *rand.Rand, first *cluster.Node) []string {
@@ -295,8 +309,8 @@ func (r *Runner) flicker(ctx context.Context, rng *rand.Rand, first *cluster.Nod
 			if !slices.Contains(touched, l.ID) {
 				touched = append(touched, l.ID)
 			}
-			sleepFor(context.WithoutCancel(ctx), 200*time.Millisecond+time.Duration(rng.Int64N(int64(time.Second))))
-			if err := r.C.Resume(l); err != nil {
+			sleepFor(context.WithoutCancel(ctx), 300*time.Millisecond+time.Duration(rng.Int64N(int64(2*time.Second))))
+			if err := r.resume(l); err != nil {
 				r.Log.Warn("nemesis: flicker: resume", "node", l.ID, "err", err)
 			}
 		}

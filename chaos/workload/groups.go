@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -64,7 +65,9 @@ type Groups struct {
 	gens    map[string]int32        // group → newest generation a member was answered
 	held    sync.WaitGroup          // zombie commits not yet delivered
 	runDone <-chan struct{}         // closed when Run's context ends
-	zombies sync.WaitGroup          // duplicated incarnations still running
+	// noRestart: slots start no new incarnation (after CrashOne).
+	noRestart atomic.Bool
+	zombies   sync.WaitGroup // duplicated incarnations still running
 }
 
 type incarnation struct {
@@ -74,9 +77,11 @@ type incarnation struct {
 	crashed                     atomic.Bool
 	// thawed is closed when a frozen member resumes (nil: not frozen).
 	thawed atomic.Pointer[chan struct{}]
-	mu     sync.Mutex
-	owned  []client.TopicPartition
-	rng    *rand.Rand // for the interceptor's faults, under mu
+	// kill crashes the member (CrashOne).
+	kill  chan struct{}
+	mu    sync.Mutex
+	owned []client.TopicPartition
+	rng   *rand.Rand // for the interceptor's faults, under mu
 }
 
 // cutAfter is how long a JoinGroup chosen to be cut runs first: half the
@@ -196,7 +201,7 @@ func (w *Groups) slot(ctx context.Context, rng *rand.Rand, slot, group, instance
 	how := ""
 	for n := 0; ctx.Err() == nil; n++ {
 		inc := &incarnation{slot: slot, group: group, instance: instance, name: fmt.Sprintf("%s#%d", slot, n),
-			proc: 1000 + int(w.procs.Add(1)), rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+			proc: 1000 + int(w.procs.Add(1)), rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), kill: make(chan struct{})}
 		ev := history.EvMemberStart
 		switch {
 		case how == history.EvMemberDuplicate:
@@ -205,7 +210,7 @@ func (w *Groups) slot(ctx context.Context, rng *rand.Rand, slot, group, instance
 			ev = history.EvMemberRestart
 		}
 		how = w.incarnate(ctx, rng, inc, ev)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || w.noRestart.Load() {
 			return
 		}
 		if how == history.EvMemberDuplicate {
@@ -294,6 +299,8 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 		select {
 		case <-ctx.Done():
 			done = true
+		case <-inc.kill:
+			done, how = true, history.EvMemberCrash
 		case err := <-ran:
 			w.Log.Warn("groups: member stopped by itself", "incarnation", inc.name, "err", err)
 			stop()
@@ -699,6 +706,49 @@ func (w *Groups) Monitor(ctx context.Context) {
 			}
 		}
 		sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+// CrashOne crashes one live dynamic member once the groups are stable
+// after the final heal, starts no new member in its place, and waits until
+// the member is gone from its group or wait has passed: checker 12 then
+// judges its expiry in a leadership that lasts (during the faults few
+// crashes see one long enough), under whichever process leads at the end,
+// which has usually led before.
+func (w *Groups) CrashOne(ctx context.Context, wait time.Duration) {
+	w.noRestart.Store(true)
+	w.mu.Lock()
+	var victim *incarnation
+	slots := slices.Sorted(maps.Keys(w.live))
+	for _, sl := range slots {
+		if inc := w.live[sl]; inc.instance == "" && inc.member != nil && inc.member.MemberID() != "" {
+			victim = inc
+			break
+		}
+	}
+	w.mu.Unlock()
+	if victim == nil {
+		return
+	}
+	member := victim.member.MemberID()
+	close(victim.kill)
+	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, Credentials: w.Creds.Admin, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		sleep(ctx, 500*time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		described, err := client.DescribeGroups(cctx, conn.Groups(), &cohortv1.DescribeGroupsRequest{GroupIds: []string{victim.group}})
+		cancel()
+		if err != nil || len(described) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(described[0].GetMembers(), func(m *cohortv1.GroupMemberDescription) bool { return m.GetMemberId() == member }) {
+			return
+		}
 	}
 }
 

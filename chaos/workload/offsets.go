@@ -133,7 +133,7 @@ func (w *Offsets) Recovered(t time.Time) bool {
 }
 
 func (w *Offsets) ok(proc int) {
-	if proc == ChaseProc {
+	if chaser(proc) {
 		return // not a client that must recover
 	}
 	w.mu.Lock()
@@ -268,6 +268,9 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 // ChaseProc is the process of the chaser's operations.
 const ChaseProc = 800
 
+// chaser reports whether proc is the chaser's or a burst's.
+func chaser(proc int) bool { return proc == ChaseProc || (proc >= BurstProc && proc < BurstProc+50) }
+
 // Chase sends n operations, reads and writes alternating on live keys, to
 // endpoint one after another, as clients that retry on a new leader the
 // moment it is elected would: the runner calls it when it sees a new
@@ -313,10 +316,39 @@ func (w *Offsets) Chase(ctx context.Context, endpoint string, n int) {
 
 // chaseNote marks the chaser's operations (history.NoteChase).
 func chaseNote(proc int) string {
-	if proc == ChaseProc {
+	if chaser(proc) {
 		return history.NoteChase
 	}
 	return ""
+}
+
+// BurstProc is the first process of a burst's reads (one process each).
+const BurstProc = 810
+
+// Burst reads every live key from endpoint at once, each read its own
+// process: sent the moment a paused leader resumes, while it may still
+// believe it leads, so that a read it answers without confirming its
+// leadership is caught stale (a write the new leader acknowledged during
+// the pause completed before the read began).
+func (w *Offsets) Burst(ctx context.Context, endpoint string) {
+	w.mu.Lock()
+	cs, ok := w.chasers[endpoint]
+	w.mu.Unlock()
+	if !ok {
+		return // no connection yet: a dial now would come too late
+	}
+	epoch := int(time.Since(w.start) / w.KeyEpoch)
+	var wg sync.WaitGroup
+	proc := BurstProc
+	for g := range w.Groups {
+		for p := range w.Partitions {
+			k := history.Key{Group: fmt.Sprintf("reg-%03d-%d", epoch, g), Topic: OffsetsTopic, Partition: int32(p)}
+			id := proc
+			proc++
+			wg.Go(func() { w.read(ctx, cs[1], id, endpoint, k, false) })
+		}
+	}
+	wg.Wait()
 }
 
 // CloseChasers closes the chaser's connections.
