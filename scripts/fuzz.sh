@@ -1,32 +1,107 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of a package for a while and keeps what it found:
-# the inputs that reached new code (go's fuzz cache) are copied into the
-# package's testdata/fuzz/<Target>/, where `make test` runs them as plain
-# tests.
+# Runs every fuzz target of the given packages for a while, one after the
+# other, and keeps what they found: the small inputs that reached new code
+# (go's fuzz cache) are copied into each package's testdata/fuzz/<Target>/,
+# where plain `go test` replays them.
 #
-#   scripts/fuzz.sh <package dir> [fuzztime] [target regexp]
-#   e.g. scripts/fuzz.sh ./rpc 5m '^FuzzCluster'
+#   scripts/fuzz.sh [-t FUZZTIME] [-m REGEXP] [--no-keep] [PKG...]
+#   scripts/fuzz.sh -t 10s                   # CI: every target of ./fsm ./assign ./rpc, 10 s each
+#   scripts/fuzz.sh -t 5m ./rpc -m '^FuzzCluster'
+#   scripts/fuzz.sh ./rpc 5m '^FuzzCluster'  # the older form: PKG [FUZZTIME [REGEXP]]
 #
-# Targets run one after the other, one worker each (-parallel 1) and at low
-# priority, so the machine stays usable. FUZZMINIMIZETIME (default 0s) is how
-# long each new input is minimized: go's default of 60 s per input leaves a
-# target whose input takes 0.1 s (the ClusterService ones start a cluster)
-# doing nothing but minimizing.
+# Packages default to ./fsm ./assign ./rpc, FUZZTIME to 5m, REGEXP to ^Fuzz.
+# A target that fails (a crash, a failed check, a build error) fails the
+# script, after the other targets have run: its whole output is printed,
+# and go has written the failing input to testdata/fuzz/<Target>/ (commit
+# it with the fix: it becomes a regression test). --no-keep copies nothing
+# from the cache (the failing input is still written).
+#
+# Environment: FUZZMINIMIZETIME (default 0s) is how long each new input is
+# minimized: go's default of 60 s per input leaves a target whose input
+# takes 0.1 s (the ClusterService ones start a cluster) doing nothing but
+# minimizing. FUZZPARALLEL (default 1) is the workers per target.
+# FUZZKEEPBYTES (default 4096) is the largest input kept. Targets run at
+# low priority, so the machine stays usable.
 set -euo pipefail
-pkg=${1:?package dir, e.g. ./rpc}
-fuzztime=${2:-5m}
-match=${3:-^Fuzz}
-minimize=${FUZZMINIMIZETIME:-0s}
 go=${GO:-go}
-import=$($go list "$pkg")
-cache="$($go env GOCACHE)/fuzz/$import"
-targets=$($go test -list "$match" "$pkg" | grep '^Fuzz')
-for t in $targets; do
-	echo "== $t for $fuzztime"
-	nice -n 19 $go test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" -parallel 1 2>&1 | tail -3
-	if [ -d "$cache/$t" ]; then
-		mkdir -p "$pkg/testdata/fuzz/$t"
-		cp -n "$cache/$t"/* "$pkg/testdata/fuzz/$t/" 2>/dev/null || true
-	fi
-	echo "   corpus: $(ls "$pkg/testdata/fuzz/$t" 2>/dev/null | wc -l) inputs in $pkg/testdata/fuzz/$t"
+fuzztime=${FUZZTIME:-5m}
+match='^Fuzz'
+keep=1
+minimize=${FUZZMINIMIZETIME:-0s}
+parallel=${FUZZPARALLEL:-1}
+keepbytes=${FUZZKEEPBYTES:-4096}
+pkgs=()
+
+is_duration() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h|x)$ ]]; }
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	-t) fuzztime=${2:?-t FUZZTIME}; shift 2 ;;
+	-m) match=${2:?-m REGEXP}; shift 2 ;;
+	--no-keep) keep=0; shift ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
+	*)
+		# The older form: PKG FUZZTIME [REGEXP].
+		if [ ${#pkgs[@]} -eq 1 ] && is_duration "$1"; then
+			fuzztime=$1
+			if [ $# -ge 2 ] && [[ $2 != -* ]]; then
+				match=$2
+				shift
+			fi
+		else
+			pkgs+=("$1")
+		fi
+		shift
+		;;
+	esac
 done
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./fsm ./assign ./rpc)
+is_duration "$fuzztime" || { echo "fuzz.sh: FUZZTIME $fuzztime is not a go duration (10s, 5m) or count (1000x)" >&2; exit 2; }
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+failed=()
+ntargets=0
+start=$SECONDS
+for pkg in "${pkgs[@]}"; do
+	import=$($go list "$pkg")
+	cache="$($go env GOCACHE)/fuzz/$import"
+	targets=$($go test -list "$match" "$pkg" | grep '^Fuzz' || true)
+	[ -n "$targets" ] || { echo "== $pkg: no target matches $match"; continue; }
+	for t in $targets; do
+		ntargets=$((ntargets + 1))
+		t0=$SECONDS
+		status=0
+		nice -n 19 $go test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" \
+			-fuzzminimizetime "$minimize" -parallel "$parallel" >"$out" 2>&1 || status=$?
+		if [ $status -ne 0 ]; then
+			failed+=("$pkg $t")
+			echo "== $pkg $t FAILED after $((SECONDS - t0)) s (exit $status):"
+			cat "$out"
+		else
+			last=$(grep '^fuzz: elapsed' "$out" | tail -1 || true)
+			echo "== $pkg $t: ok in $((SECONDS - t0)) s; ${last#fuzz: }"
+		fi
+		if [ $keep -eq 1 ] && [ -d "$cache/$t" ]; then
+			mkdir -p "$pkg/testdata/fuzz/$t"
+			added=0
+			for f in "$cache/$t"/*; do
+				[ -f "$f" ] || continue
+				dest="$pkg/testdata/fuzz/$t/$(basename "$f")"
+				if [ ! -e "$dest" ] && [ "$(stat -c %s "$f")" -le "$keepbytes" ]; then
+					cp "$f" "$dest"
+					added=$((added + 1))
+				fi
+			done
+			echo "   corpus: $(find "$pkg/testdata/fuzz/$t" -type f | wc -l) inputs in $pkg/testdata/fuzz/$t ($added new)"
+		fi
+	done
+done
+echo "== $ntargets targets, ${fuzztime} each, in $((SECONDS - start)) s"
+[ $ntargets -gt 0 ] || { echo "fuzz.sh: no target matches $match in ${pkgs[*]}" >&2; exit 2; }
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "FAILED:" >&2
+	printf '  %s\n' "${failed[@]}" >&2
+	exit 1
+fi
