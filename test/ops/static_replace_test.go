@@ -362,3 +362,76 @@ func TestProcess_StaticGroupLeaderReplaced_ReplacementLeads(t *testing.T) {
 	g.synced(thirdSync, "third member", 3)
 	g.checkComplete(3, replacement, plan)
 }
+
+// TestProcess_StaticMemberReplacedWhileCompletingRebalance_GroupCompletes:
+// a static member is replaced after the join barrier completed, while the
+// leader computes its plan from a member list that names the old member
+// ID. That plan is refused (INVALID_ASSIGNMENT today; Kafka rebalances
+// instead, REBALANCE_IN_PROGRESS: either is accepted), nothing is
+// assigned to the old ID, and the old ID is fenced. The leader rejoins,
+// gets a member list naming the replacement, and the group completes
+// with it: one member per instance, every partition assigned.
+func TestProcess_StaticMemberReplacedWhileCompletingRebalance_GroupCompletes(t *testing.T) {
+	c := newCluster(t)
+	c.form(3)
+	c.mustCtl("topics", "create", "orders", "--partitions", "4")
+	g := newGroupCalls(t, c.grpcAddrs("n1", "n2", "n3"), "billing", "orders")
+
+	d1 := g.joined(g.joinAsync("", ""), "leader")
+	leader := d1.GetMemberId()
+	g.synced(g.syncAsync(d1.GetGeneration(), leader, "", map[string][]int32{leader: {0, 1, 2, 3}}), "leader", 0, 1, 2, 3)
+	s1Join := g.joinAsync("", "worker-1")
+	g.waitState("PreparingRebalance", 2)
+	d2 := g.joined(g.joinAsync(leader, ""), "leader")
+	old := g.joined(s1Join, "worker-1").GetMemberId()
+	if d2.GetLeaderId() != leader || len(d2.GetMembers()) != 2 {
+		t.Fatalf("generation 2 answer %v", d2)
+	}
+	s1Sync := g.syncAsync(2, old, "worker-1", nil)
+	g.waitState("CompletingRebalance", 2)
+
+	s2Join := g.joinAsync("", "worker-1")
+	var replacement string
+	proc.WaitFor(t, 20*time.Second, "worker-1 held by a new member ID", func() (bool, string) {
+		ids := instanceHolders(g.describe(), "worker-1")
+		if len(ids) == 1 && ids[0] != old {
+			replacement = ids[0]
+		}
+		return replacement != "", fmt.Sprint(ids)
+	})
+	select {
+	case r := <-s1Sync:
+		if client.Reason(r.err) != "FENCED_INSTANCE_ID" {
+			t.Fatalf("the replaced member's parked SyncGroup: %v %v, want FENCED_INSTANCE_ID", r.partitions, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the replaced member's parked SyncGroup still waits after its replacement joined")
+	}
+	// The leader's plan from the old member list.
+	r := <-g.syncAsync(2, leader, "", map[string][]int32{leader: {0, 1}, old: {2, 3}})
+	if reason := client.Reason(r.err); reason != "INVALID_ASSIGNMENT" && reason != "REBALANCE_IN_PROGRESS" {
+		t.Fatalf("the leader's plan naming the replaced member: %v %v, want INVALID_ASSIGNMENT or REBALANCE_IN_PROGRESS", r.partitions, r.err)
+	}
+	g.checkFenced(2, old, "worker-1")
+
+	// The leader rejoins, as a client does after either refusal.
+	lj := g.joined(g.joinAsync(leader, ""), "leader")
+	s2 := g.joined(s2Join, "worker-1's replacement")
+	gen := lj.GetGeneration()
+	var listed []string
+	for _, m := range lj.GetMembers() {
+		listed = append(listed, m.GetMemberId())
+	}
+	slices.Sort(listed)
+	want := []string{leader, replacement}
+	slices.Sort(want)
+	if lj.GetLeaderId() != leader || !slices.Equal(listed, want) || s2.GetMemberId() != replacement || s2.GetGeneration() != gen {
+		t.Fatalf("after the leader rejoined: leader's answer %v, replacement's %v; want one generation listing %v", lj, s2, want)
+	}
+	s2Sync := g.syncAsync(gen, replacement, "worker-1", nil)
+	plan := map[string][]int32{leader: {0, 1}, replacement: {2, 3}}
+	g.synced(g.syncAsync(gen, leader, "", plan), "leader", 0, 1)
+	g.synced(s2Sync, "worker-1's replacement", 2, 3)
+	g.checkComplete(gen, leader, plan)
+	g.checkFenced(gen, old, "worker-1")
+}
