@@ -14,7 +14,10 @@
 # script, after the other targets have run: its whole output is printed,
 # and go has written the failing input to testdata/fuzz/<Target>/ (commit
 # it with the fix: it becomes a regression test). --no-keep copies nothing
-# from the cache (the failing input is still written).
+# from the cache (the failing input is still written). Go 1.26 may fail a
+# target with a bare "context deadline exceeded" as FUZZTIME ends
+# (go.dev/issue/75804): with no failing input written, that is reported
+# and not counted.
 #
 # Environment: FUZZMINIMIZETIME (default 0s) is how long each new input is
 # minimized: go's default of 60 s per input leaves a target whose input
@@ -59,9 +62,20 @@ done
 [ ${#pkgs[@]} -gt 0 ] || pkgs=(./fsm ./assign ./rpc)
 is_duration "$fuzztime" || { echo "fuzz.sh: FUZZTIME $fuzztime is not a go duration (10s, 5m) or count (1000x)" >&2; exit 2; }
 
+# corpus_files DIR: the names of the inputs in DIR, one a line.
+corpus_files() { [ -d "$1" ] && ls "$1" || true; }
+
+# deadline_race OUT: go's output is the -fuzztime deadline race and nothing
+# else: the one FAIL line is followed by the bare deadline error.
+deadline_race() {
+	[ "$(grep -c -- '^--- FAIL' "$1")" -eq 1 ] &&
+		grep -A1 -- '^--- FAIL' "$1" | tail -1 | grep -qx '    context deadline exceeded'
+}
+
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 failed=()
+flaked=()
 ntargets=0
 start=$SECONDS
 for pkg in "${pkgs[@]}"; do
@@ -73,9 +87,16 @@ for pkg in "${pkgs[@]}"; do
 		ntargets=$((ntargets + 1))
 		t0=$SECONDS
 		status=0
+		corpus_before=$(corpus_files "$pkg/testdata/fuzz/$t")
 		nice -n 19 $go test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" \
 			-fuzzminimizetime "$minimize" -parallel "$parallel" >"$out" 2>&1 || status=$?
-		if [ $status -ne 0 ]; then
+		if [ $status -ne 0 ] && deadline_race "$out" && [ "$(corpus_files "$pkg/testdata/fuzz/$t")" = "$corpus_before" ]; then
+			# go.dev/issue/75804 (fixed in Go 1.27): the -fuzztime
+			# deadline can escape go's own filter and fail a target
+			# that found nothing. A real failure writes its input.
+			flaked+=("$pkg $t")
+			echo "== $pkg $t: ok in $((SECONDS - t0)) s, though go reported its own fuzztime deadline (go.dev/issue/75804; no failing input written)"
+		elif [ $status -ne 0 ]; then
 			failed+=("$pkg $t")
 			echo "== $pkg $t FAILED after $((SECONDS - t0)) s (exit $status):"
 			cat "$out"
@@ -99,6 +120,10 @@ for pkg in "${pkgs[@]}"; do
 	done
 done
 echo "== $ntargets targets, ${fuzztime} each, in $((SECONDS - start)) s"
+if [ ${#flaked[@]} -gt 0 ]; then
+	echo "go's deadline race (go.dev/issue/75804), not counted as failures:"
+	printf '  %s\n' "${flaked[@]}"
+fi
 [ $ntargets -gt 0 ] || { echo "fuzz.sh: no target matches $match in ${pkgs[*]}" >&2; exit 2; }
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "FAILED:" >&2
