@@ -323,9 +323,17 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	sleepCtx(ctx, time.Until(healed.Add(5*time.Second)))
 	if grps != nil {
-		// A crash in a leadership that lasts, for checker 12 (its
-		// deadline, plus 3 s for the monitor to see it).
-		grps.CrashOne(ctx, 3*o.SessionTimeout+6*time.Second)
+		// A crash just before leadership moves (to a process that has
+		// usually led before), in a leadership that then lasts: checker
+		// 12 judges whether the new leader expires a member it never
+		// heard from (its deadline, plus slack for the transfer and the
+		// monitor).
+		if group, member := grps.CrashOne(); member != "" {
+			out, err := cl.Ctl(ctx, "cluster", "transfer-leader")
+			rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvFinalTransfer, Group: group, Member: member,
+				Start: rec.Now(), Note: strings.TrimSpace(out + " " + errString(err))})
+			grps.AwaitGone(ctx, group, member, 3*o.SessionTimeout+10*time.Second)
+		}
 	}
 	stopWorkloads()
 	wg.Wait()
@@ -446,6 +454,13 @@ func watchLeader(ctx context.Context, cl *cluster.Cluster, rec *history.Recorder
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func missingKinds(want, got []string) []string {

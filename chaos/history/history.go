@@ -78,7 +78,10 @@ const (
 	// Term: its Raft term).
 	EvLeader     = "leader"
 	EvFinalPhase = "final-phase" // every fault healed; final reads begin
-	EvEnd        = "end"         // the run's last moment
+	// After the final liveness check a member was crashed and leadership
+	// moved (Member: the crashed member; Note: cohortctl's answer).
+	EvFinalTransfer = "final-transfer"
+	EvEnd           = "end" // the run's last moment
 
 	// NoteChase marks a register operation sent to a new leader the moment
 	// the runner saw it elected (not a client that must recover after the

@@ -710,17 +710,15 @@ func (w *Groups) Monitor(ctx context.Context) {
 }
 
 // CrashOne crashes one live dynamic member once the groups are stable
-// after the final heal, starts no new member in its place, and waits until
-// the member is gone from its group or wait has passed: checker 12 then
-// judges its expiry in a leadership that lasts (during the faults few
-// crashes see one long enough), under whichever process leads at the end,
-// which has usually led before.
-func (w *Groups) CrashOne(ctx context.Context, wait time.Duration) {
+// after the final heal and starts no new member in its place. It returns
+// the member's group and ID ("" when there was none to crash). With
+// AwaitGone, checker 12 then judges an expiry under a leadership that
+// lasts (during the faults few crashes see one long enough).
+func (w *Groups) CrashOne() (group, member string) {
 	w.noRestart.Store(true)
 	w.mu.Lock()
 	var victim *incarnation
-	slots := slices.Sorted(maps.Keys(w.live))
-	for _, sl := range slots {
+	for _, sl := range slices.Sorted(maps.Keys(w.live)) {
 		if inc := w.live[sl]; inc.instance == "" && inc.member != nil && inc.member.MemberID() != "" {
 			victim = inc
 			break
@@ -728,10 +726,15 @@ func (w *Groups) CrashOne(ctx context.Context, wait time.Duration) {
 	}
 	w.mu.Unlock()
 	if victim == nil {
-		return
+		return "", ""
 	}
-	member := victim.member.MemberID()
+	member = victim.member.MemberID()
 	close(victim.kill)
+	return victim.group, member
+}
+
+// AwaitGone waits until member is no longer in group, or wait has passed.
+func (w *Groups) AwaitGone(ctx context.Context, group, member string, wait time.Duration) {
 	conn, err := client.Dial(client.ConnConfig{Endpoints: w.Endpoints, Credentials: w.Creds.Admin, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		return
@@ -741,7 +744,7 @@ func (w *Groups) CrashOne(ctx context.Context, wait time.Duration) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		sleep(ctx, 500*time.Millisecond)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		described, err := client.DescribeGroups(cctx, conn.Groups(), &cohortv1.DescribeGroupsRequest{GroupIds: []string{victim.group}})
+		described, err := client.DescribeGroups(cctx, conn.Groups(), &cohortv1.DescribeGroupsRequest{GroupIds: []string{group}})
 		cancel()
 		if err != nil || len(described) == 0 {
 			continue
