@@ -406,7 +406,7 @@ func TestRealCluster_CooperativeSticky_CommitInASlowOnRevoked(t *testing.T) {
 	cfg := base
 	cfg.ClientID = "first"
 	cfg.OnRevoked = func(ctx context.Context, r []TopicPartition) {
-		time.Sleep(3 * session) // longer than the session: only heartbeats keep the member
+		time.Sleep(3 * session) // time passes: longer than the session, only heartbeats keep the member
 		var offs []PartitionOffset
 		for _, tp := range r {
 			offs = append(offs, PartitionOffset{TopicPartition: tp, Offset: 100 + int64(tp.Partition)})

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
@@ -631,13 +632,10 @@ func waitState(t *testing.T, ctx context.Context, c *testcluster.Cluster, group,
 // barrier.
 func waitParked(t *testing.T, c *testcluster.Cluster, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for parkedCalls(t, c, "join") < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d JoinGroup calls never parked", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	proc.WaitFor(t, 10*time.Second, fmt.Sprintf("%d JoinGroup calls parked", n), func() (bool, string) {
+		got := parkedCalls(t, c, "join")
+		return got >= n, fmt.Sprintf("%d parked", got)
+	})
 }
 
 // TestParkedMember_CutCall_KeepsItsSession: a member whose JoinGroup waits
@@ -669,7 +667,7 @@ func TestParkedMember_CutCall_KeepsItsSession(t *testing.T) {
 	}
 	// The client backs off (100 ms, shorter than the session timeout), and
 	// its retry parks again instead of finding b expired.
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // time passes: the client's back-off before its retry
 	retry, cancelRetry := context.WithTimeout(ctx, 2*time.Duration(b.sessionMs)*time.Millisecond)
 	defer cancelRetry()
 	if err := b.tryJoin(retry); reason(err) == "UNKNOWN_MEMBER_ID" {
@@ -793,13 +791,10 @@ func TestSync_RefusedPlan_ReportedAndUnsyncedMembersRemoved(t *testing.T) {
 // waitSyncParked polls the leader until n SyncGroup calls are parked.
 func waitSyncParked(t *testing.T, c *testcluster.Cluster, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for parkedCalls(t, c, "sync") < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d SyncGroup calls never parked", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	proc.WaitFor(t, 10*time.Second, fmt.Sprintf("%d SyncGroup calls parked", n), func() (bool, string) {
+		got := parkedCalls(t, c, "sync")
+		return got >= n, fmt.Sprintf("%d parked", got)
+	})
 }
 
 // parkedCalls is cohort_group_parked_calls{kind} on the leader.

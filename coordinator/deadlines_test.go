@@ -13,6 +13,7 @@ import (
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // localRaft applies every command at once to one FSM, as a one-node
@@ -133,13 +134,9 @@ func Test_RetentionSweep_RunsSoonAfterLeadershipIsGained(t *testing.T) {
 	cfg.OffsetsRetention = time.Minute
 	cfg.OffsetsRetentionCheckInterval = time.Hour
 	runEngine(t, cfg, &stampingRaft{localRaft: localRaft{fsm: f, index: 2}}, f)
-	deadline := time.Now().Add(10 * time.Second)
-	for f.Stats().Offsets != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("an hour-old offset of an empty group is still there 10 s after leadership began (retention 1 min): %+v", f.Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proc.WaitFor(t, 10*time.Second, "the hour-old offset of an empty group swept after leadership began (retention 1 min)", func() (bool, string) {
+		return f.Stats().Offsets == 0, fmt.Sprintf("%+v", f.Stats())
+	})
 }
 
 // stampingRaft stamps each command with the wall clock, as raftnode does.
@@ -186,18 +183,11 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 	member := g.Members[0].ID
 	// Within 0.9 s: before the first retention sweep (1 s after
 	// leadership), which reconciles every group and would hide the bug.
-	deadline := time.Now().Add(900 * time.Millisecond)
-	for {
+	proc.WaitFor(t, 900*time.Millisecond, "a session and a sync deadline after the applied join", func() (bool, string) {
 		e.mu.Lock()
 		_, session := e.sessions[memberKey{"g", member}]
 		_, sync := e.syncs["g"]
 		e.mu.Unlock()
-		if session && sync {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("0.9 s after the applied join: session %t, sync deadline %t; want both", session, sync)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return session && sync, fmt.Sprintf("session %t, sync deadline %t", session, sync)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"github.com/cohortlabs/cohort/internal/proc"
 )
 
 // fakeRaft counts VerifyLeader rounds and lets the test hold each round open.
@@ -197,17 +198,7 @@ func TestReadBarrier_RoundEndsWhenItsReadsGiveUp(t *testing.T) {
 // pollUntil polls cond until it holds, failing the test after 5 s.
 func pollUntil(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s", what, state)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	proc.WaitFor(t, 5*time.Second, what, cond)
 }
 
 // A node can lose leadership and win it again, in a new term, before the
