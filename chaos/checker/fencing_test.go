@@ -160,3 +160,16 @@ func TestExpiry_CountsFromTheLatestLeaderAndNotWithoutOne(t *testing.T) {
 		t.Fatalf("checked %d crashes, want m1's", r.Checked)
 	}
 }
+
+func TestLiveness_DoesNotExpectTheChaserBack(t *testing.T) {
+	heal := history.Entry{Type: history.TypeEvent, F: history.EvFinalPhase, Start: 10 * s}
+	chase := read(800, 0, 1, 3*s, 4*s)
+	chase.Note = history.NoteChase
+	es := []history.Entry{
+		write(0, 0, 1, 1*s, 2*s, history.OK), chase, heal,
+		write(0, 0, 2, 11*s, 12*s, history.OK),
+	}
+	assertValid(t, Liveness(es, Options{}))
+	chase.Note = ""
+	assertFlags(t, Liveness(append(es, chase), Options{}), KindClientNotRecovered)
+}
