@@ -16,8 +16,10 @@ import (
 // leader left names no leader until its join completes; the leader of a
 // server-side group rejoining a Stable group unchanged forces no
 // rebalance; members remember their previous generation's assignment, and
-// may commit those partitions while nobody owns them.
-const CommandVersion = 2
+// may commit those partitions while nobody owns them. Version 3: a static
+// member replaced while its group completes a rebalance starts the round
+// again.
+const CommandVersion = 3
 
 // Budgets bound the replicated state. They are part of the state (set by a
 // SetBudgets command, carried in snapshots), so every replica enforces the

@@ -36,6 +36,11 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 	default:
 		m, ok := g.Member(c.GetMemberId())
 		if !ok {
+			// A static member's older incarnation, replaced by a newer
+			// one: fenced, as its heartbeats and joins are (KIP-345).
+			if cur, taken := g.MemberByInstance(c.GetInstanceId()); taken {
+				return fail(errcode.Errorf(errcode.FencedInstanceID, "instance %q belongs to member %q, not %q", c.GetInstanceId(), cur.ID, c.GetMemberId())), 0
+			}
 			return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in group %q", c.GetMemberId(), g.ID)), 0
 		}
 		if c.GetInstanceId() != "" && m.InstanceID != c.GetInstanceId() {

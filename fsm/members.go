@@ -279,9 +279,16 @@ func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyRes
 	if g.LeaderID == old.ID {
 		g.LeaderID = m.ID
 	}
-	if g.State != PreparingRebalance && !sameProtocols(prev, m) {
+	switch {
+	case g.State != PreparingRebalance && !sameProtocols(prev, m):
 		// The restarted instance subscribes differently: its old assignment
 		// no longer fits, so the group rebalances (as Kafka does).
+		s.prepareRebalance(now, g)
+	case s.rules >= 3 && g.State == CompletingRebalance:
+		// (rules 3) The leader may already be computing a plan for the old
+		// member ID, which SyncGroup would refuse, leaving the group
+		// waiting for its rebalance timeout: start the round again (as
+		// Kafka does).
 		s.prepareRebalance(now, g)
 	}
 	if g.State == PreparingRebalance {

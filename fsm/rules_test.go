@@ -181,3 +181,40 @@ func hasTopicIn(f *FSM, name string) (ok bool) {
 	f.Read(func(s *State) { _, ok = s.Partitions(name) })
 	return ok
 }
+
+// Rules 3: a static member replaced while its group completes a rebalance
+// starts the round again, since the leader may be computing a plan that
+// names the old member ID, which SyncGroup would refuse (Kafka does the
+// same). Under rules 2 the group stayed in CompletingRebalance, waiting
+// for a plan it could not accept until the rebalance timeout.
+func TestRules3_AStaticMemberReplacedWhileCompletingRebalanceRestartsTheRound(t *testing.T) {
+	for _, rules := range []uint32{2, 3} {
+		h := newHarness(t)
+		ok := func(c isKind) *ApplyResult { return h.ok(under(rules, at(1, c))) }
+		ok(createTopic{"t", 2})
+		ok(join{group: "g", member: "a", topics: []string{"t"}, newMember: true})
+		ok(syncCmd{group: "g", generation: 1, member: "a", plan: plan{"a": {"t": {0, 1}}}})
+		ok(join{group: "g", member: "s-old", instance: "i-1", topics: []string{"t"}, newMember: true})
+		ok(join{group: "g", member: "a", topics: []string{"t"}})
+		if g := h.group("g"); g.State != CompletingRebalance || g.Generation != 2 {
+			t.Fatalf("rules %d: setup: %s generation %d", rules, g.State, g.Generation)
+		}
+		g := ok(join{group: "g", member: "s-new", instance: "i-1", topics: []string{"t"}, newMember: true}).Group
+		if _, old := g.Member("s-old"); old {
+			t.Fatalf("rules %d: the old incarnation is still a member", rules)
+		}
+		switch {
+		case rules == 3 && g.State != PreparingRebalance:
+			t.Fatalf("rules 3: the replacement left the group %s at generation %d; want a new round", g.State, g.Generation)
+		case rules == 2 && (g.State != CompletingRebalance || g.Generation != 2):
+			t.Fatalf("rules 2: the replacement moved the group to %s generation %d; a log written under rules 2 must replay as it was", g.State, g.Generation)
+		}
+		if rules == 3 {
+			// a rejoins; the round completes with the replacement in it.
+			g = ok(join{group: "g", member: "a", topics: []string{"t"}}).Group
+			if _, in := g.Member("s-new"); g.State != CompletingRebalance || g.Generation != 3 || !in {
+				t.Fatalf("rules 3: after a rejoined: %s generation %d", g.State, g.Generation)
+			}
+		}
+	}
+}
