@@ -13,8 +13,22 @@ import (
 
 	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/proc"
 )
+
+// waitCurrentRules waits until the leader st names writes under this
+// binary's command rules: a new cluster writes under rules 1 until every
+// node has registered (fsm/rules.go), and a test of a newer rule must not
+// race that.
+func (c *cluster) waitCurrentRules(st *cohortv1.StatusResponse) {
+	c.t.Helper()
+	leaderHTTP := c.nodes[st.GetLeaderId()].http
+	proc.WaitFor(c.t, 30*time.Second, "the leader to write under this binary's command rules", func() (bool, string) {
+		v, err := metricLine(leaderHTTP, `cohort_command_rules{kind="writes",`)
+		return err == nil && strings.HasSuffix(v, fmt.Sprint(fsm.CommandVersion)), fmt.Sprint(v, err)
+	})
+}
 
 // metricLine returns the value text of the first /metrics line of a node
 // that starts with prefix.
@@ -41,12 +55,7 @@ func metricLine(httpAddr, prefix string) (string, error) {
 // (issue 13, finding 6; before, the commit was NOT_OWNER).
 func TestProcess_CooperativeCommitInOnRevoked(t *testing.T) {
 	c := newCluster(t, "--min-session-timeout", "500ms")
-	st := c.waitVotersAfterForm(3)
-	leaderHTTP := c.nodes[st.GetLeaderId()].http
-	proc.WaitFor(t, 30*time.Second, "the leader to write under this binary's command rules", func() (bool, string) {
-		v, err := metricLine(leaderHTTP, `cohort_command_rules{kind="writes",`)
-		return err == nil && strings.HasSuffix(v, fmt.Sprint(fsm.CommandVersion)), fmt.Sprint(v, err)
-	})
+	c.waitCurrentRules(c.waitVotersAfterForm(3))
 	c.mustCtl("topics", "create", "orders", "--partitions", "4")
 	endpoints := c.grpcAddrs("n1", "n2", "n3")
 	const session = time.Second

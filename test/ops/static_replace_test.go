@@ -174,17 +174,10 @@ func (g *groupCalls) checkFenced(gen int32, oldID, instance string) {
 	_, syncErr := g.gc.SyncGroup(ctx, &cohortv1.SyncGroupRequest{GroupId: g.group, Generation: gen, MemberId: oldID, InstanceId: instance})
 	_, joinErr := g.gc.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: g.group, MemberId: oldID, InstanceId: instance, ProtocolType: "consumer",
 		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, Topics: []string{g.topic}, SessionTimeoutMs: 30000, RebalanceTimeoutMs: 20000})
-	for call, err := range map[string]error{"Heartbeat": hbErr, "SyncGroup": syncErr, "JoinGroup": joinErr} {
+	for call, err := range map[string]error{"Heartbeat": hbErr, "OffsetCommit": commitErr, "SyncGroup": syncErr, "JoinGroup": joinErr} {
 		if r := client.Reason(err); r != "FENCED_INSTANCE_ID" {
 			g.t.Errorf("the replaced member %s's %s: %v (reason %q), want FENCED_INSTANCE_ID", oldID, call, err, r)
 		}
-	}
-	// docs/protocol.md says FENCED_INSTANCE_ID for a commit too; the FSM
-	// looks the member ID up before the instance and answers
-	// UNKNOWN_MEMBER_ID (reported with issue 16). Either way it must be
-	// refused and store nothing.
-	if r := client.Reason(commitErr); r != "FENCED_INSTANCE_ID" && r != "UNKNOWN_MEMBER_ID" {
-		g.t.Errorf("the replaced member %s's OffsetCommit: %v (reason %q), want FENCED_INSTANCE_ID", oldID, commitErr, r)
 	}
 	if got, err := fetchOffsets(g.endpoints, g.group, client.Credentials{}); err != nil || got[0] == 99 {
 		g.t.Errorf("offsets after the replaced member's commit: %v %v: its commit was stored", got, err)
@@ -366,14 +359,14 @@ func TestProcess_StaticGroupLeaderReplaced_ReplacementLeads(t *testing.T) {
 // TestProcess_StaticMemberReplacedWhileCompletingRebalance_GroupCompletes:
 // a static member is replaced after the join barrier completed, while the
 // leader computes its plan from a member list that names the old member
-// ID. That plan is refused (INVALID_ASSIGNMENT today; Kafka rebalances
-// instead, REBALANCE_IN_PROGRESS: either is accepted), nothing is
+// ID. The replacement starts the round again (command rules 3, as Kafka),
+// so that plan is refused with REBALANCE_IN_PROGRESS, nothing is
 // assigned to the old ID, and the old ID is fenced. The leader rejoins,
 // gets a member list naming the replacement, and the group completes
 // with it: one member per instance, every partition assigned.
 func TestProcess_StaticMemberReplacedWhileCompletingRebalance_GroupCompletes(t *testing.T) {
 	c := newCluster(t)
-	c.form(3)
+	c.waitCurrentRules(c.waitVotersAfterForm(3))
 	c.mustCtl("topics", "create", "orders", "--partitions", "4")
 	g := newGroupCalls(t, c.grpcAddrs("n1", "n2", "n3"), "billing", "orders")
 
@@ -409,12 +402,12 @@ func TestProcess_StaticMemberReplacedWhileCompletingRebalance_GroupCompletes(t *
 	}
 	// The leader's plan from the old member list.
 	r := <-g.syncAsync(2, leader, "", map[string][]int32{leader: {0, 1}, old: {2, 3}})
-	if reason := client.Reason(r.err); reason != "INVALID_ASSIGNMENT" && reason != "REBALANCE_IN_PROGRESS" {
-		t.Fatalf("the leader's plan naming the replaced member: %v %v, want INVALID_ASSIGNMENT or REBALANCE_IN_PROGRESS", r.partitions, r.err)
+	if reason := client.Reason(r.err); reason != "REBALANCE_IN_PROGRESS" {
+		t.Fatalf("the leader's plan naming the replaced member: %v %v, want REBALANCE_IN_PROGRESS (the replacement starts the round again)", r.partitions, r.err)
 	}
 	g.checkFenced(2, old, "worker-1")
 
-	// The leader rejoins, as a client does after either refusal.
+	// The leader rejoins, as a client does after REBALANCE_IN_PROGRESS.
 	lj := g.joined(g.joinAsync(leader, ""), "leader")
 	s2 := g.joined(s2Join, "worker-1's replacement")
 	gen := lj.GetGeneration()
