@@ -587,7 +587,13 @@ func (n *Node) shutdown(ctx context.Context, transfer bool) error {
 			// Not fatal: the others elect a leader after an election timeout.
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
+			// The transfer ends when this node steps down, before the new
+			// leader's first heartbeat names it here: wait a little for
+			// that, so that the log says who leads now.
 			id, _ := n.Leader()
+			for wait := time.Now().Add(time.Second); id == "" && time.Now().Before(wait) && ctx.Err() == nil; id, _ = n.Leader() {
+				time.Sleep(10 * time.Millisecond) // time passes: polling raft's view of the leader
+			}
 			n.log.Info("leadership transferred", "new_leader", id)
 		}
 	}

@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,9 +104,10 @@ func TestProcess_SIGTERMOnLeader_TransfersLeadershipBeforeExit(t *testing.T) {
 		t.Fatalf("%s exited with %v after SIGTERM, want a clean exit", old, err)
 	}
 	// The stopping leader's own word that the transfer completed before it
-	// shut Raft down (it may not know the new leader's name yet).
-	if logs := c.nodes[old].out.String(); !strings.Contains(logs, `msg="leadership transferred"`) {
-		t.Fatalf("%s's log does not show a completed transfer before it stopped:\n%s", old, proc.Tail(logs, 30))
+	// shut Raft down, naming the node it handed over to.
+	transferred := regexp.MustCompile(`msg="leadership transferred" .*new_leader=` + regexp.QuoteMeta(newLeader) + `(\s|$)`)
+	if logs := c.nodes[old].out.String(); !transferred.MatchString(logs) {
+		t.Fatalf("%s's log does not show a completed transfer to %s before it stopped:\n%s", old, newLeader, proc.Tail(logs, 30))
 	}
 
 	if g := load.waitStable(c.grpcAddrs(rest...), 6); g != gen {
