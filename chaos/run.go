@@ -303,6 +303,13 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	nem := &nemesis.Runner{C: cl, Rec: rec, Log: log, StrictJoin: o.StrictJoin}
 	if offs != nil {
 		nem.Resumed = func(n *cluster.Node) { offs.Burst(wctx, n.GRPCAddr) }
+		nem.LeaderKilled = func(rest []*cluster.Node) {
+			var eps []string
+			for _, n := range rest {
+				eps = append(eps, n.GRPCAddr)
+			}
+			offs.Hammer(wctx, eps, 3*time.Second)
+		}
 	}
 	healErr := nem.Run(ctx, sched)
 	if healErr != nil {

@@ -34,6 +34,9 @@ type Runner struct {
 	// of the newer term, and a read it answers from its own state then is
 	// stale unless it confirms its leadership first.
 	Resumed func(n *cluster.Node)
+	// LeaderKilled, when set, is called (on its own goroutine) the moment
+	// the leader is killed, with the nodes that remain.
+	LeaderKilled func(rest []*cluster.Node)
 }
 
 // resume sends SIGCONT and calls Resumed.
@@ -214,6 +217,15 @@ func (r *Runner) start(ctx context.Context, st Step) (*active, error) {
 	case KillOne, KillLeader, KillMajority:
 		for _, t := range targets {
 			err = errors.Join(err, r.C.Kill(t))
+		}
+		if st.Kind == KillLeader && err == nil && r.LeaderKilled != nil {
+			var rest []*cluster.Node
+			for _, n := range nodes {
+				if n != targets[0] {
+					rest = append(rest, n)
+				}
+			}
+			go r.LeaderKilled(rest)
 		}
 		a.heal = func(context.Context) error {
 			var errs []error

@@ -269,7 +269,7 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 const ChaseProc = 800
 
 // chaser reports whether proc is the chaser's or a burst's.
-func chaser(proc int) bool { return proc == ChaseProc || (proc >= BurstProc && proc < BurstProc+50) }
+func chaser(proc int) bool { return proc == ChaseProc || (proc >= BurstProc && proc < BurstProc+90) }
 
 // Chase sends n operations, reads and writes alternating on live keys, to
 // endpoint one after another, as clients that retry on a new leader the
@@ -346,6 +346,49 @@ func (w *Offsets) Burst(ctx context.Context, endpoint string) {
 			id := proc
 			proc++
 			wg.Go(func() { w.read(ctx, cs[1], id, endpoint, k, false) })
+		}
+	}
+	wg.Wait()
+}
+
+// HammerProc is the first process of Hammer's readers (one per key and
+// node).
+const HammerProc = 830
+
+// Hammer reads every live key through each of endpoints (the nodes that
+// survive a leader kill) in a tight loop, one reader per key and node,
+// until each reader has had 3 answers or d has passed: the followers refuse
+// at once while no leader is known and forward the first read after one is
+// elected, so some reads reach the new leader within milliseconds, before
+// the commit of its first entry, the moment a leader that serves before
+// its leadership barrier answers from an FSM that lacks the old leader's
+// last acknowledged writes.
+func (w *Offsets) Hammer(ctx context.Context, endpoints []string, d time.Duration) {
+	epoch := int(time.Since(w.start) / w.KeyEpoch)
+	until := time.Now().Add(d)
+	var wg sync.WaitGroup
+	proc := HammerProc
+	for _, ep := range endpoints {
+		w.mu.Lock()
+		cs, ok := w.chasers[ep]
+		w.mu.Unlock()
+		if !ok {
+			continue
+		}
+		for g := range w.Groups {
+			for p := range w.Partitions {
+				k := history.Key{Group: fmt.Sprintf("reg-%03d-%d", epoch, g), Topic: OffsetsTopic, Partition: int32(p)}
+				id := proc
+				proc++
+				wg.Go(func() {
+					for ok := 0; ok < 3 && time.Now().Before(until) && ctx.Err() == nil; {
+						if w.read(ctx, cs[1], id, ep, k, false) {
+							ok++
+						}
+						time.Sleep(2 * time.Millisecond)
+					}
+				})
+			}
 		}
 	}
 	wg.Wait()
