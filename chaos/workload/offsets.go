@@ -144,7 +144,9 @@ func (w *Offsets) ok(proc int) {
 // Run drives the clients until ctx ends.
 func (w *Offsets) Run(ctx context.Context) {
 	w.defaults()
+	w.mu.Lock()
 	w.start = time.Now()
+	w.mu.Unlock()
 	var wg sync.WaitGroup
 	proc := 0
 	for _, ep := range w.Endpoints {
@@ -161,7 +163,7 @@ func (w *Offsets) Run(ctx context.Context) {
 }
 
 func (w *Offsets) key(rng *rand.Rand) history.Key {
-	epoch := int(time.Since(w.start) / w.KeyEpoch)
+	epoch := w.epoch()
 	k := history.Key{
 		Group:     fmt.Sprintf("reg-%03d-%d", epoch, rng.IntN(w.Groups)),
 		Topic:     OffsetsTopic,
@@ -265,6 +267,14 @@ func (w *Offsets) read(ctx context.Context, groups cohortv1.GroupCoordinatorClie
 	return true
 }
 
+// epoch is the number of the live keys' epoch (the runner's goroutines
+// call it too, hence the lock).
+func (w *Offsets) epoch() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return int(time.Since(w.start) / w.KeyEpoch)
+}
+
 // ChaseProc is the process of the chaser's operations.
 const ChaseProc = 800
 
@@ -337,7 +347,7 @@ func (w *Offsets) Burst(ctx context.Context, endpoint string) {
 	if !ok {
 		return // no connection yet: a dial now would come too late
 	}
-	epoch := int(time.Since(w.start) / w.KeyEpoch)
+	epoch := w.epoch()
 	var wg sync.WaitGroup
 	proc := BurstProc
 	for g := range w.Groups {
@@ -364,7 +374,7 @@ const HammerProc = 830
 // its leadership barrier answers from an FSM that lacks the old leader's
 // last acknowledged writes.
 func (w *Offsets) Hammer(ctx context.Context, endpoints []string, d time.Duration) {
-	epoch := int(time.Since(w.start) / w.KeyEpoch)
+	epoch := w.epoch()
 	until := time.Now().Add(d)
 	var wg sync.WaitGroup
 	proc := HammerProc
