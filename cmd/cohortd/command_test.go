@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/internal/proc"
 	"github.com/cohortlabs/cohort/raftnode"
 )
 
@@ -150,38 +152,31 @@ func TestMetrics_ServesRaftEngineAndProcessFamilies(t *testing.T) {
 		"cohort_groups", "cohort_group_heartbeats_total",
 		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_start_time_seconds", "process_open_fds",
 	}
-	var body, missing string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	proc.WaitFor(t, 30*time.Second, "/metrics serving every family with cohort_raft_voters 1", func() (bool, string) {
 		select {
 		case err := <-done:
 			done <- err // for the cleanup
 			t.Fatalf("cohortd stopped before serving /metrics: %v\n%s", err, logs)
 		default:
 		}
-		if addr := startedHTTPAddr(logs.String()); addr != "" {
-			var code int
-			code, body = httpGet(ctx, "http://"+addr+"/metrics")
-			missing = ""
-			for _, name := range wantFamilies {
-				if !strings.Contains(body, "\n# TYPE "+name+" ") {
-					missing += " " + name
-				}
-			}
-			// The collectors are registered before the HTTP server
-			// starts: only the values wait for the election.
-			if code == http.StatusOK && missing != "" {
-				t.Fatalf("/metrics lacks the families%s:\n%s", missing, body)
-			}
-			if code == http.StatusOK && hasMetric(body, "cohort_raft_voters", "1") {
-				return
+		addr := startedHTTPAddr(logs.String())
+		if addr == "" {
+			return false, "not started yet"
+		}
+		code, body := httpGet(ctx, "http://"+addr+"/metrics")
+		missing := ""
+		for _, name := range wantFamilies {
+			if !strings.Contains(body, "\n# TYPE "+name+" ") {
+				missing += " " + name
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never served the families (missing:%s) with cohort_raft_voters 1; last body:\n%s\nlog:\n%s", missing, body, logs)
+		// The collectors are registered before the HTTP server starts:
+		// only the values wait for the election.
+		if code == http.StatusOK && missing != "" {
+			t.Fatalf("/metrics lacks the families%s:\n%s", missing, body)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return code == http.StatusOK && hasMetric(body, "cohort_raft_voters", "1"), fmt.Sprintf("status %d; body:\n%s", code, body)
+	})
 }
 
 // The snapshot restore limits are flags with their documented defaults,

@@ -73,10 +73,10 @@ func TestProcess_RetentionSweepAfterFailover_NewLeaderExpiresEmptyGroupsOnly(t *
 		emptySeen = time.Now()
 		return d.GetState() == "Empty", d.GetState()
 	})
-	// Not a synchronisation: the offsets must be past their retention (from
-	// the entry that emptied the group, before emptySeen) while the old
-	// leader still leads, so that only a sweep is missing.
-	time.Sleep(time.Until(emptySeen.Add(retention + 500*time.Millisecond)))
+	// The offsets must be past their retention (from the entry that
+	// emptied the group, before emptySeen) while the old leader still
+	// leads, so that only a sweep is missing.
+	time.Sleep(time.Until(emptySeen.Add(retention + 500*time.Millisecond))) // time passes: past the offsets' retention
 	st, err := c.status()
 	if err != nil {
 		t.Fatal(err)
