@@ -11,6 +11,7 @@ package checker
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/cohortlabs/cohort/chaos/history"
@@ -189,4 +190,15 @@ func truncate(es []history.Entry, n int) []history.Entry {
 		return es
 	}
 	return es[:n]
+}
+
+// sortedKeys lists a history's keys in their printed order, so that a
+// checker reports its anomalies in the same order on every run.
+func sortedKeys[V any](m map[history.Key]V) []history.Key {
+	keys := make([]history.Key, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys
 }

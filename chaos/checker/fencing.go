@@ -101,11 +101,7 @@ func OffsetsNeverGoBack(es []history.Entry) Result {
 	if len(byKey) == 0 {
 		return skipped(NameOffsetsBack, "no acknowledged member commits in the history")
 	}
-	keys := make([]history.Key, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	keys := sortedKeys(byKey)
 	var as []Anomaly
 	checked := 0
 	for _, k := range keys {

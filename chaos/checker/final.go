@@ -52,11 +52,7 @@ func Durability(es []history.Entry) Result {
 	if len(finals) == 0 && len(writes) == 0 {
 		return skipped(NameDurability, "no writes and no final reads in the history")
 	}
-	keys := make([]history.Key, 0, len(writes))
-	for k := range writes {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	keys := sortedKeys(writes)
 	var as []Anomaly
 	for _, k := range keys {
 		ws := writes[k]

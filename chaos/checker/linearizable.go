@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -55,11 +54,7 @@ func Linearizable(es []history.Entry, o Options) Result {
 	if len(byKey) == 0 {
 		return skipped(NameLinearizable, "no offsets operations in the history")
 	}
-	keys := make([]history.Key, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	keys := sortedKeys(byKey)
 	var as []Anomaly
 	checked := 0
 	for _, k := range keys {
