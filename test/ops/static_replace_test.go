@@ -161,6 +161,24 @@ func instanceHolders(d *cohortv1.GroupDescription, instance string) []string {
 	return ids
 }
 
+// generation2WithStaticMember forms generation 1 with a dynamic leader
+// alone (holding every partition) and generation 2 with the static member
+// worker-1 joined beside it; it returns both member IDs.
+func (g *groupCalls) generation2WithStaticMember() (leader, static string) {
+	g.t.Helper()
+	d1 := g.joined(g.joinAsync("", ""), "leader")
+	leader = d1.GetMemberId()
+	g.synced(g.syncAsync(d1.GetGeneration(), leader, "", map[string][]int32{leader: {0, 1, 2, 3}}), "leader", 0, 1, 2, 3)
+	s1Join := g.joinAsync("", "worker-1")
+	g.waitState("PreparingRebalance", 2)
+	d2 := g.joined(g.joinAsync(leader, ""), "leader")
+	s1 := g.joined(s1Join, "worker-1")
+	if d2.GetLeaderId() != leader || d2.GetGeneration() != 2 || len(d2.GetMembers()) != 2 {
+		g.t.Fatalf("generation 2 answer %v", d2)
+	}
+	return leader, s1.GetMemberId()
+}
+
 // checkFenced sends every member request the replaced incarnation could
 // make with its old member ID: each must be FENCED_INSTANCE_ID (not
 // UNKNOWN_MEMBER_ID, which would have it rejoin and fence its successor).
@@ -230,19 +248,7 @@ func TestProcess_StaticMemberReplacedDuringRebalance_OneMemberOldIDFenced(t *tes
 	c.mustCtl("topics", "create", "orders", "--partitions", "4")
 	g := newGroupCalls(t, c.grpcAddrs("n1", "n2", "n3"), "billing", "orders")
 
-	// Generation 1: the dynamic leader alone; generation 2: with the
-	// static member.
-	d1 := g.joined(g.joinAsync("", ""), "leader")
-	leader := d1.GetMemberId()
-	g.synced(g.syncAsync(d1.GetGeneration(), leader, "", map[string][]int32{leader: {0, 1, 2, 3}}), "leader", 0, 1, 2, 3)
-	s1Join := g.joinAsync("", "worker-1")
-	g.waitState("PreparingRebalance", 2)
-	d2 := g.joined(g.joinAsync(leader, ""), "leader")
-	s1 := g.joined(s1Join, "worker-1")
-	if d2.GetLeaderId() != leader || d2.GetGeneration() != 2 || len(d2.GetMembers()) != 2 {
-		t.Fatalf("generation 2 answer %v", d2)
-	}
-	old := s1.GetMemberId()
+	leader, old := g.generation2WithStaticMember()
 	s1Sync := g.syncAsync(2, old, "worker-1", nil)
 	g.synced(g.syncAsync(2, leader, "", map[string][]int32{leader: {0, 1}, old: {2, 3}}), "leader", 0, 1)
 	g.synced(s1Sync, "worker-1", 2, 3)
@@ -370,16 +376,7 @@ func TestProcess_StaticMemberReplacedWhileCompletingRebalance_GroupCompletes(t *
 	c.mustCtl("topics", "create", "orders", "--partitions", "4")
 	g := newGroupCalls(t, c.grpcAddrs("n1", "n2", "n3"), "billing", "orders")
 
-	d1 := g.joined(g.joinAsync("", ""), "leader")
-	leader := d1.GetMemberId()
-	g.synced(g.syncAsync(d1.GetGeneration(), leader, "", map[string][]int32{leader: {0, 1, 2, 3}}), "leader", 0, 1, 2, 3)
-	s1Join := g.joinAsync("", "worker-1")
-	g.waitState("PreparingRebalance", 2)
-	d2 := g.joined(g.joinAsync(leader, ""), "leader")
-	old := g.joined(s1Join, "worker-1").GetMemberId()
-	if d2.GetLeaderId() != leader || len(d2.GetMembers()) != 2 {
-		t.Fatalf("generation 2 answer %v", d2)
-	}
+	leader, old := g.generation2WithStaticMember()
 	s1Sync := g.syncAsync(2, old, "worker-1", nil)
 	g.waitState("CompletingRebalance", 2)
 
