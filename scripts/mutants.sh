@@ -68,7 +68,9 @@ cmd_save() {
 	local dir=$scratch_base/$name
 	[ -d "$dir/.git" ] || die "$name: no scratch copy; run: $0 new $name"
 	local diff
-	diff=$(cd "$dir" && git add -A && git diff --cached)
+	# Test runs in the scratch copy may leave files behind (rapid's
+	# failure files in testdata): they are no part of the bug.
+	diff=$(cd "$dir" && git add -A -- . ':!**/testdata/**' && git diff --cached)
 	[ -n "$diff" ] || die "$name: the scratch copy has no change"
 	if (cd "$dir" && git diff --cached --name-only) | grep -q '_test\.go$'; then
 		die "$name: a mutant changes product code, not tests"
@@ -94,7 +96,7 @@ cmd_list() {
 # touched_packages PATCH: the package directories the patch changes, for a
 # compile check without linking every command.
 touched_packages() {
-	sed -n 's|^diff --git a/\(.*\)/[^/]* b/.*|./\1/|p' "$1" | sort -u
+	sed -n 's|^diff --git a/\(.*\)/[^/]*\.go b/.*|./\1/|p' "$1" | sort -u
 }
 
 # run_kill DIR ARGS: runs one kill line in DIR; prints killed, survived or
