@@ -24,6 +24,12 @@ const (
 	// 2.4 or 3.5 s (the backoff steps); with 200 ms, at 1.1–1.35 s median
 	// (docs/benchmarks.md, cohort-bench failover).
 	DefaultRetryBackoffMax = 250 * time.Millisecond
+	// DefaultLeaderCheckInterval is half the server's default heartbeat
+	// timeout (500 ms): a frozen leader's followers elect a new one about a
+	// second after it stopped answering, and checking twice as often as
+	// they notice adds at most a quarter second to the switch. A healthy
+	// call answers in milliseconds, so the check never runs for it.
+	DefaultLeaderCheckInterval = 250 * time.Millisecond
 )
 
 // ServerSideProtocolType is the protocol type of a group whose assignment
@@ -102,6 +108,14 @@ type Config struct {
 	// a barrier; JoinGroup and SyncGroup attempts get RebalanceTimeout on
 	// top. Default 5 s.
 	RequestTimeout time.Duration
+	// LeaderCheckInterval: while one attempt has been outstanding this
+	// long, the client asks the other nodes, every interval, which leader
+	// they know (ClusterService NodeInfo), and abandons the attempt for the
+	// leader they name when it is another node: a frozen leader (SIGSTOP,
+	// a long GC or VM pause) keeps its connections open, and without the
+	// check a call sent to it waits out RequestTimeout. Default 250 ms
+	// (DefaultLeaderCheckInterval); negative turns the check off.
+	LeaderCheckInterval time.Duration
 	// Credentials authenticate the member to a cluster that authorizes
 	// calls: TLS (LoadTLS) with a client certificate, or a bearer token.
 	// Default: plaintext, no credential.
@@ -173,6 +187,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.LeaderCheckInterval == 0 {
+		c.LeaderCheckInterval = DefaultLeaderCheckInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -248,26 +265,28 @@ const maxTimeout = time.Duration(1<<31-1) * time.Millisecond
 
 func (c Config) connConfig() ConnConfig {
 	return ConnConfig{
-		Endpoints:       c.Endpoints,
-		Credentials:     c.Credentials,
-		DialOptions:     c.DialOptions,
-		RequestTimeout:  c.RequestTimeout,
-		RetryBackoffMin: c.RetryBackoffMin,
-		RetryBackoffMax: c.RetryBackoffMax,
-		Logger:          c.Logger,
+		Endpoints:           c.Endpoints,
+		Credentials:         c.Credentials,
+		DialOptions:         c.DialOptions,
+		RequestTimeout:      c.RequestTimeout,
+		RetryBackoffMin:     c.RetryBackoffMin,
+		RetryBackoffMax:     c.RetryBackoffMax,
+		LeaderCheckInterval: c.LeaderCheckInterval,
+		Logger:              c.Logger,
 	}
 }
 
 // ConnConfig configures a Conn. Zero fields take the defaults documented on
 // Config.
 type ConnConfig struct {
-	Endpoints       []string
-	Credentials     Credentials
-	DialOptions     []grpc.DialOption
-	RequestTimeout  time.Duration
-	RetryBackoffMin time.Duration
-	RetryBackoffMax time.Duration
-	Logger          *slog.Logger
+	Endpoints           []string
+	Credentials         Credentials
+	DialOptions         []grpc.DialOption
+	RequestTimeout      time.Duration
+	RetryBackoffMin     time.Duration
+	RetryBackoffMax     time.Duration
+	LeaderCheckInterval time.Duration
+	Logger              *slog.Logger
 }
 
 func (c ConnConfig) withDefaults() ConnConfig {
@@ -279,6 +298,9 @@ func (c ConnConfig) withDefaults() ConnConfig {
 	}
 	if c.RetryBackoffMax == 0 {
 		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoffMin)
+	}
+	if c.LeaderCheckInterval == 0 {
+		c.LeaderCheckInterval = DefaultLeaderCheckInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -38,7 +38,13 @@ const MaxRecvMsgSize = 1 << 30
 //   - on Unavailable (node down, NOT_LEADER) or COORDINATOR_NOT_AVAILABLE,
 //     or when one attempt exceeds its timeout, is sent again unchanged to
 //     the named leader or the next endpoint, with exponential backoff and
-//     jitter, until it succeeds, fails for another reason, or ctx ends.
+//     jitter, until it succeeds, fails for another reason, or ctx ends;
+//   - while one attempt has been outstanding longer than
+//     LeaderCheckInterval, asks the other nodes every interval which
+//     leader they know (NodeInfo), and when they name another node than
+//     the attempt's (the newest Raft term wins), abandons the attempt and
+//     sends the request to that leader at once: a frozen leader keeps its
+//     connections open, so its calls would otherwise wait out the timeout.
 //
 // Sending the same request again is what keeps a member's ID and
 // generation across a failover; the server makes the retries idempotent.
@@ -56,6 +62,9 @@ type Conn struct {
 	next     int
 	leader   string               // last leader the cluster named
 	failedAt map[string]time.Time // last retryable failure per address
+	// checkedTerm is the highest Raft term a leader check heard a leader
+	// named in (leadercheck.go).
+	checkedTerm uint64
 }
 
 var _ grpc.ClientConnInterface = (*Conn)(nil)
@@ -147,28 +156,43 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 		var hint string
 		if err == nil {
 			var hdr, trl metadata.MD
-			actx, cancel := ctx, context.CancelFunc(func() {})
+			// The attempt's own context, also when it has no timeout: the
+			// leader check cancels it to abandon the attempt.
+			var actx context.Context
+			var cancel context.CancelFunc
 			if timeout > 0 {
 				actx, cancel = context.WithTimeout(ctx, timeout)
+			} else {
+				actx, cancel = context.WithCancel(ctx)
 			}
+			check := c.checkLeader(actx, addr, cancel)
 			err = cc.Invoke(actx, method, args, reply, append(callOpts, grpc.Header(&hdr), grpc.Trailer(&trl))...)
 			cancel()
+			claim, abandoned := check.stop()
 			hint = leaderHint(hdr, trl)
 			if err == nil {
 				c.succeeded(addr, hint)
 				return nil
 			}
-			err = fromStatus(err)
-			if !retryable(err) {
-				c.follow(hint)
-				return err
-			}
-			if cerr := ctx.Err(); cerr != nil {
-				// An attempt cut off by ctx says less than the one before it.
-				if c := status.Code(err); lastErr == nil || (c != codes.DeadlineExceeded && c != codes.Canceled) {
-					lastErr = err
+			if abandoned && ctx.Err() == nil && status.Code(err) == codes.Canceled {
+				// The check cancelled the attempt: go where it points.
+				c.log.Info("cohort request abandoned: another node names a new leader",
+					"method", method, "endpoint", addr, "leader", claim.leader, "term", claim.term, "named_by", claim.by)
+				err = status.Errorf(codes.Unavailable, "cohort: attempt on %s abandoned: %s names %s leader in term %d", addr, claim.by, claim.leader, claim.term)
+				hint = claim.leader
+			} else {
+				err = fromStatus(err)
+				if !retryable(err) {
+					c.follow(hint)
+					return err
 				}
-				return giveUp(method, attempt, cerr, lastErr)
+				if cerr := ctx.Err(); cerr != nil {
+					// An attempt cut off by ctx says less than the one before it.
+					if c := status.Code(err); lastErr == nil || (c != codes.DeadlineExceeded && c != codes.Canceled) {
+						lastErr = err
+					}
+					return giveUp(method, attempt, cerr, lastErr)
+				}
 			}
 		}
 		lastErr = err
@@ -248,16 +272,31 @@ func (c *Conn) pick() (string, *grpc.ClientConn, error) {
 	if addr == "" {
 		addr = c.cfg.Endpoints[c.next]
 	}
-	cc, ok := c.conns[addr]
-	if !ok {
-		var err error
-		cc, err = grpc.NewClient(addr, c.dial...)
-		if err != nil {
-			return addr, nil, status.Errorf(codes.Unavailable, "cohort: connect to %s: %v", addr, err)
-		}
-		c.conns[addr] = cc
+	cc, err := c.connLocked(addr)
+	return addr, cc, err
+}
+
+// connTo returns the connection to addr, made with the Conn's own dial
+// options (credentials included) on first use.
+func (c *Conn) connTo(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
 	}
-	return addr, cc, nil
+	return c.connLocked(addr)
+}
+
+func (c *Conn) connLocked(addr string) (*grpc.ClientConn, error) {
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, c.dial...)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "cohort: connect to %s: %v", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
 }
 
 // succeeded sticks to addr, or moves to the leader the answer named.

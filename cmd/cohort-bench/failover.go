@@ -7,12 +7,14 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/benchcluster"
 )
 
 func newFailoverCommand(g *globalOptions) *cobra.Command {
@@ -22,6 +24,7 @@ func newFailoverCommand(g *globalOptions) *cobra.Command {
 		members        int
 		sessionTimeout time.Duration
 		backoffMax     time.Duration
+		pause          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "failover",
@@ -39,34 +42,49 @@ up, and checks that no member saw a new generation or a rebalance.
 most up-to-date voter; no node stops.
 --mode sigterm: SIGTERM (server.Shutdown in-process): the leader hands
 leadership over before it stops, the path of a rolling restart.
---mode all runs kill, transfer and sigterm.`,
+--mode pause: SIGSTOP for --pause, then SIGCONT (--cluster process only): a
+frozen leader (a long GC or VM pause) keeps its connections open, so the
+commit in flight on it hangs until the client's leader check hears of the
+new leader from the other nodes. The old leader rejoins as a follower; no
+node restarts.
+--mode all runs kill, transfer, sigterm and, with --cluster process, pause.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
 				var modes []string
 				switch mode {
-				case "kill", "transfer", "sigterm":
+				case "kill", "transfer", "sigterm", "pause":
 					modes = []string{mode}
 				case "all":
 					modes = []string{"kill", "transfer", "sigterm"}
+					if g.cluster == "process" {
+						modes = append(modes, "pause")
+					}
 				default:
-					return fmt.Errorf("--mode %q: want kill, transfer, sigterm or all", mode)
+					return fmt.Errorf("--mode %q: want kill, transfer, sigterm, pause or all", mode)
 				}
 				if len(g.endpoints) > 0 {
 					return errors.New("failover kills nodes, so it needs a cluster it started itself (no --endpoints)")
+				}
+				if mode == "pause" && g.cluster != "process" {
+					return errors.New("--mode pause stops a process with SIGSTOP: it needs --cluster process")
+				}
+				if pause <= 0 {
+					return fmt.Errorf("--pause %v: want a positive duration", pause)
 				}
 				t, err := g.openTarget(ctx, "")
 				if err != nil {
 					return err
 				}
 				defer t.Close()
-				return runFailover(ctx, out, g, t, failoverOptions{modes: modes, kills: kills, members: members, session: sessionTimeout, backoffMax: backoffMax})
+				return runFailover(ctx, out, g, t, failoverOptions{modes: modes, kills: kills, members: members, session: sessionTimeout, backoffMax: backoffMax, pause: pause})
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&kills, "kills", 10, "leader losses per mode")
-	f.StringVar(&mode, "mode", "all", "kill, transfer, sigterm or all")
+	f.StringVar(&mode, "mode", "all", "kill, transfer, sigterm, pause or all")
+	f.DurationVar(&pause, "pause", 3*time.Second, "how long --mode pause keeps the leader stopped")
 	f.IntVar(&members, "members", 5, "members of the group")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout (heartbeat every third of it)")
 	f.DurationVar(&backoffMax, "client-retry-backoff-max", 0, "members' client.Config.RetryBackoffMax (0: the client's default, 2s)")
@@ -142,6 +160,7 @@ type failoverOptions struct {
 	kills, members int
 	session        time.Duration
 	backoffMax     time.Duration
+	pause          time.Duration // --mode pause: how long the leader stays stopped
 }
 
 // backoffName describes the members' retry backoff cap.
@@ -160,6 +179,8 @@ type failoverRig struct {
 	f    *fleet
 	cm   *committer
 	gen  int32 // the group's generation once stable
+	// pause is how long a pause round keeps the leader stopped.
+	pause time.Duration
 
 	stopCommits context.CancelFunc // nil while paused
 	wg          sync.WaitGroup
@@ -172,7 +193,7 @@ func newFailoverRig(ctx context.Context, g *globalOptions, t *target, o failover
 	if err != nil {
 		return nil, err
 	}
-	r := &failoverRig{t: t, conn: conn}
+	r := &failoverRig{t: t, conn: conn, pause: o.pause}
 	if err := createTopic(ctx, conn.Topics(), "failover", 16); err != nil {
 		r.close()
 		return nil, err
@@ -218,10 +239,10 @@ func (r *failoverRig) pauseCommits() {
 	r.stopCommits = nil
 }
 
-// round takes the leader away once (mode kill, transfer or sigterm) and
-// measures the recovery; the committer must run.
+// round takes the leader away once (mode kill, transfer, sigterm or pause)
+// and measures the recovery; the committer must run.
 func (r *failoverRig) round(ctx context.Context, mode string) (failoverRound, error) {
-	return leaderLoss(ctx, r.t, r.f, r.cm, mode)
+	return leaderLoss(ctx, r.t, r.f, r.cm, mode, r.pause)
 }
 
 func (r *failoverRig) close() {
@@ -288,6 +309,15 @@ func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target
 			ms(median(s.commit)), ms(maxOf(s.commit)),
 			fmt.Sprint(s.newGenerations), fmt.Sprint(s.reassigned))
 		fmt.Fprintf(out, "%s: commit times %v\n", mode, roundMs(s.commit))
+		if mode == "pause" {
+			during := 0
+			for _, d := range s.commit {
+				if d < o.pause {
+					during++
+				}
+			}
+			fmt.Fprintf(out, "pause: %d of %d rounds had a commit succeed while the leader was stopped (%v)\n", during, len(s.commit), o.pause)
+		}
 	}
 	tb.flush()
 	return ctx.Err()
@@ -301,8 +331,9 @@ func roundMs(ds []time.Duration) []string {
 	return out
 }
 
-// leaderLoss takes the leader away once and measures the recovery.
-func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode string) (failoverRound, error) {
+// leaderLoss takes the leader away once and measures the recovery. pause
+// is how long mode pause keeps the leader stopped.
+func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode string, pause time.Duration) (failoverRound, error) {
 	var r failoverRound
 	leader, err := t.probe.WaitServing(ctx, t.live)
 	if err != nil {
@@ -337,6 +368,33 @@ func leaderLoss(ctx context.Context, t *target, f *fleet, cm *committer, mode st
 	case "transfer":
 		restart = false
 		go func() { stopped <- transferLeadership(ctx, t, leader) }()
+	case "pause":
+		restart = false
+		procs, ok := t.cluster.(*benchcluster.Processes)
+		if !ok {
+			return r, errors.New("--mode pause needs --cluster process")
+		}
+		pid := procs.Pid(leader)
+		if pid == 0 {
+			return r, fmt.Errorf("node %d has no process to pause", leader+1)
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return r, fmt.Errorf("SIGSTOP node %d (pid %d): %w", leader+1, pid, err)
+		}
+		// SIGCONT after the pause, and at once if the round fails
+		// earlier: a second SIGCONT to a running process does nothing.
+		defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+		go func() {
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+			}
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				stopped <- fmt.Errorf("SIGCONT node %d (pid %d): %w", leader+1, pid, err)
+				return
+			}
+			stopped <- nil
+		}()
 	default:
 		go func() {
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
