@@ -371,3 +371,15 @@ func TestConn_LeaderCheck_EndsWithTheAttempt(t *testing.T) {
 		return n == 0, fmt.Sprintf("%d running", n)
 	})
 }
+
+func TestConfig_LeaderCheckIsOnByDefaultAndOffWhenNegative(t *testing.T) {
+	if got := (ConnConfig{}).withDefaults().LeaderCheckInterval; got != DefaultLeaderCheckInterval {
+		t.Fatalf("ConnConfig default %v, want %v", got, DefaultLeaderCheckInterval)
+	}
+	if got := (Config{}).withDefaults().connConfig().LeaderCheckInterval; got != DefaultLeaderCheckInterval {
+		t.Fatalf("a Member's Conn gets %v, want %v", got, DefaultLeaderCheckInterval)
+	}
+	if got := (Config{LeaderCheckInterval: -1}).withDefaults().connConfig().LeaderCheckInterval; got >= 0 {
+		t.Fatalf("a negative interval became %v: the check would run", got)
+	}
+}
