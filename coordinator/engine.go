@@ -73,7 +73,9 @@ type Engine struct {
 	// generation was refused, for DescribeGroups and the logs.
 	refusedPlans map[string]refusedPlan
 	waiters      map[string][]*waiter
-	expiring     map[memberKey]bool
+	// watches are the members watching their group (watch.go).
+	watches  map[string][]*watch
+	expiring map[memberKey]bool
 
 	reads   readBarrier
 	commits *committer
@@ -109,6 +111,7 @@ func (e *Engine) resetLocked() {
 	e.syncs = map[string]*syncTimer{}
 	e.refusedPlans = map[string]refusedPlan{}
 	e.waiters = map[string][]*waiter{}
+	e.watches = map[string][]*watch{}
 	e.expiring = map[memberKey]bool{}
 }
 
@@ -229,8 +232,13 @@ func (e *Engine) stepDown(why string) {
 			parked++
 		}
 	}
+	watching := 0
+	for _, ws := range e.watches {
+		watching += len(ws)
+	}
+	e.endWatchesLocked(why)
 	if e.serving {
-		e.log.Info("coordinator stopped serving", "reason", why, "parked_calls_answered", parked)
+		e.log.Info("coordinator stopped serving", "reason", why, "parked_calls_answered", parked, "watches_ended", watching)
 	}
 	e.serving = false
 	e.ready = make(chan struct{})

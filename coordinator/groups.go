@@ -287,15 +287,34 @@ func (e *Engine) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatRequest) er
 	if err != nil {
 		return err
 	}
+	if g.State != fsm.CompletingRebalance {
+		// Not refreshed while completing: a leader that never syncs lets
+		// its group expire.
+		e.refresh(g, r.GetMemberId())
+	}
+	return rebalanceNeeded(g)
+}
+
+// standing is what a Heartbeat from a member of generation would be
+// answered with the group as g (nil: the member is current). Heartbeat and
+// WatchGroup share it, so a watching member hears exactly what its next
+// heartbeat would.
+func (e *Engine) standing(group, member, instance string, generation int32) error {
+	g, err := e.checkMember(group, member, instance, generation)
+	if err != nil {
+		return err
+	}
+	return rebalanceNeeded(g)
+}
+
+// rebalanceNeeded is REBALANCE_IN_PROGRESS while g is rebalancing.
+func rebalanceNeeded(g *fsm.Group) error {
 	switch g.State {
 	case fsm.CompletingRebalance:
-		// Not refreshed: a leader that never syncs lets its group expire.
 		return errcode.Errorf(errcode.RebalanceInProgress, "group %q is waiting for generation %d's assignment: sync", g.ID, g.Generation)
 	case fsm.PreparingRebalance:
-		e.refresh(g, r.GetMemberId())
 		return errcode.Errorf(errcode.RebalanceInProgress, "group %q is rebalancing: join again", g.ID)
 	}
-	e.refresh(g, r.GetMemberId())
 	return nil
 }
 

@@ -75,6 +75,7 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 		})
 		e.mu.Lock()
 		ids = append(ids, slices.Collect(maps.Keys(e.waiters))...)
+		ids = append(ids, slices.Collect(maps.Keys(e.watches))...)
 		e.mu.Unlock()
 	case *fsmv1.Command_DeleteGroups:
 		ids = c.DeleteGroups.GetGroupIds()
@@ -162,4 +163,5 @@ func (e *Engine) reconcileLocked(id string, g *fsm.Group, now time.Time, fresh b
 		delete(e.refusedPlans, id)
 	}
 	e.answerLocked(id, g, now)
+	e.notifyWatchesLocked(id)
 }
