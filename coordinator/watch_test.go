@@ -174,3 +174,26 @@ func TestWatchGroup_LeaderDies_StreamEnds_NewLeaderAnswersFromState(t *testing.T
 	w.expect(t, cohortv1.ErrorCode_ERROR_CODE_REBALANCE_IN_PROGRESS)
 	w.expectEnd(t, "")
 }
+
+// TestWatchGroup_LeadershipTransferred_EndsNotLeader: a node that hands
+// leadership over (and keeps running) ends its watches with NOT_LEADER, so
+// members watch again on the new leader instead of waiting on a node that
+// will never tell them anything.
+func TestWatchGroup_LeadershipTransferred_EndsNotLeader(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	a := newMember(t, c, "g", "t")
+	a.sessionMs = 20000
+	rebalance(t, ctx, a)
+	old := c.Leader()
+	w := openWatch(t, ctx, a, old, cohortv1.ErrorCode_ERROR_CODE_NONE)
+	if _, err := cohortv1.NewClusterServiceClient(c.Conn(old)).TransferLeadership(ctx, &cohortv1.TransferLeadershipRequest{}); err != nil {
+		t.Fatalf("transfer leadership: %v", err)
+	}
+	w.expectEnd(t, "NOT_LEADER")
+	leader := c.WaitServing()
+	if leader == old {
+		t.Fatalf("node %d still leads after the transfer", old)
+	}
+	openWatch(t, ctx, a, leader, cohortv1.ErrorCode_ERROR_CODE_NONE)
+}
