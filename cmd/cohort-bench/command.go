@@ -97,7 +97,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 	f.StringVar(&g.tlsAdmin.Key, "tls-admin-key", "", "the key of --tls-admin-cert")
 
 	root.AddCommand(newRawCommand(&g), newCommitsCommand(&g), newHeartbeatsCommand(&g),
-		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g))
+		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g), newPlotCommand())
 	return root
 }
 
