@@ -18,14 +18,15 @@ import (
 
 // plotOptions draw one chart from --json reports.
 type plotOptions struct {
-	inputs       []string
-	x, y, series string
-	filter       []string
-	title        string
-	xLabel       string
-	yLabel       string
-	logX, logY   bool
-	out          string
+	inputs     []string
+	x, series  string
+	y          []string
+	filter     []string
+	title      string
+	xLabel     string
+	yLabel     string
+	logX, logY bool
+	out        string
 }
 
 func newPlotCommand() *cobra.Command {
@@ -46,7 +47,7 @@ rows (repeatable). The figures in docs/benchmarks.md are drawn this way.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.inputs, "in", nil, "report files written with --json (repeatable)")
 	f.StringVar(&o.x, "x", "", "column for the x axis")
-	f.StringVar(&o.y, "y", "", "column for the y axis (the first column of that name)")
+	f.StringSliceVar(&o.y, "y", nil, "column(s) for the y axis (the first column of that name); several: one curve each")
 	f.StringVar(&o.series, "series", "", "column whose values split the rows into curves (default: one curve)")
 	f.StringSliceVar(&o.filter, "where", nil, "column=value: keep only these rows (repeatable)")
 	f.StringVar(&o.title, "title", "", "chart title")
@@ -76,32 +77,42 @@ func curvePoints(o plotOptions) (names []string, curves map[string]plotter.XYs, 
 			return nil, nil, fmt.Errorf("%s: %w", in, err)
 		}
 		for _, t := range r.Tables {
-			xi, yi, si := slices.Index(t.Columns, o.x), slices.Index(t.Columns, o.y), slices.Index(t.Columns, o.series)
-			if xi < 0 || yi < 0 || (o.series != "" && si < 0) {
+			xi, si := slices.Index(t.Columns, o.x), slices.Index(t.Columns, o.series)
+			if xi < 0 || (o.series != "" && si < 0) {
 				continue
 			}
-			for _, row := range t.Rows {
-				if !rowMatches(t.Columns, row, o.filter) {
+			for _, y := range o.y {
+				yi := slices.Index(t.Columns, y)
+				if yi < 0 {
 					continue
 				}
-				x, xerr := leadingNumber(row[xi])
-				y, yerr := leadingNumber(row[yi])
-				if xerr != nil || yerr != nil {
-					continue // a cell with no figure ("-")
+				for _, row := range t.Rows {
+					if !rowMatches(t.Columns, row, o.filter) {
+						continue
+					}
+					xv, xerr := leadingNumber(row[xi])
+					yv, yerr := leadingNumber(row[yi])
+					if xerr != nil || yerr != nil {
+						continue // a cell with no figure ("-")
+					}
+					var name []string
+					if len(o.y) > 1 {
+						name = append(name, y)
+					}
+					if si >= 0 {
+						name = append(name, o.series+" "+row[si])
+					}
+					n := strings.Join(name, ", ")
+					if _, ok := curves[n]; !ok {
+						names = append(names, n)
+					}
+					curves[n] = append(curves[n], plotter.XY{X: xv, Y: yv})
 				}
-				name := ""
-				if si >= 0 {
-					name = row[si]
-				}
-				if _, ok := curves[name]; !ok {
-					names = append(names, name)
-				}
-				curves[name] = append(curves[name], plotter.XY{X: x, Y: y})
 			}
 		}
 	}
 	if len(names) == 0 {
-		return nil, nil, fmt.Errorf("no table in %v has columns %q and %q", o.inputs, o.x, o.y)
+		return nil, nil, fmt.Errorf("no table in %v has columns %q and %q", o.inputs, o.x, strings.Join(o.y, ", "))
 	}
 	for _, n := range names {
 		slices.SortFunc(curves[n], func(a, b plotter.XY) int {
@@ -145,7 +156,7 @@ func drawPlot(o plotOptions) error {
 	}
 	p := plot.New()
 	p.Title.Text = o.title
-	p.X.Label.Text, p.Y.Label.Text = o.x, o.y
+	p.X.Label.Text, p.Y.Label.Text = o.x, strings.Join(o.y, ", ")
 	if o.xLabel != "" {
 		p.X.Label.Text = o.xLabel
 	}
@@ -171,12 +182,8 @@ func drawPlot(o plotOptions) error {
 		points.Shape = plotutil.Shape(i)
 		points.Radius = vg.Points(3)
 		p.Add(line, points)
-		label := n
-		if o.series != "" {
-			label = o.series + " " + n
-		}
-		if label != "" {
-			p.Legend.Add(label, line, points)
+		if n != "" {
+			p.Legend.Add(n, line, points)
 		}
 	}
 	p.BackgroundColor = color.White

@@ -31,18 +31,18 @@ func TestJSONReportThenPlot(t *testing.T) {
 	if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := plotOptions{inputs: []string{in}, x: "members", y: "median", series: "watch", out: filepath.Join(dir, "curve.png"), logX: true}
+	o := plotOptions{inputs: []string{in}, x: "members", y: []string{"median"}, series: "watch", out: filepath.Join(dir, "curve.png"), logX: true}
 	names, curves, err := curvePoints(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]plotter.XYs{"on": {{X: 10, Y: 20.5}, {X: 100, Y: 40}}, "off": {{X: 10, Y: 1500}}}
-	if fmt.Sprint(names) != "[on off]" || fmt.Sprint(curves) != fmt.Sprint(want) {
-		t.Fatalf("curves %v %v, want [on off] %v", names, curves, want)
+	want := map[string]plotter.XYs{"watch on": {{X: 10, Y: 20.5}, {X: 100, Y: 40}}, "watch off": {{X: 10, Y: 1500}}}
+	if fmt.Sprint(names) != "[watch on watch off]" || fmt.Sprint(curves) != fmt.Sprint(want) {
+		t.Fatalf("curves %v %v, want [watch on watch off] %v", names, curves, want)
 	}
 	o.filter = []string{"watch=off"}
-	if names, _, err := curvePoints(o); err != nil || fmt.Sprint(names) != "[off]" {
-		t.Fatalf("with --where watch=off: %v %v, want [off]", names, err)
+	if names, _, err := curvePoints(o); err != nil || fmt.Sprint(names) != "[watch off]" {
+		t.Fatalf("with --where watch=off: %v %v, want [watch off]", names, err)
 	}
 	o.filter = nil
 	if err := drawPlot(o); err != nil {
@@ -52,8 +52,13 @@ func TestJSONReportThenPlot(t *testing.T) {
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Fatalf("plot wrote %d bytes (%v), want a PNG", len(png), err)
 	}
-	if _, _, err := curvePoints(plotOptions{inputs: []string{in}, x: "members", y: "p99"}); err == nil {
+	if _, _, err := curvePoints(plotOptions{inputs: []string{in}, x: "members", y: []string{"p99"}}); err == nil {
 		t.Fatal("a column no table has was accepted")
+	}
+	// Two y columns: one curve per column and series value.
+	names, _, err = curvePoints(plotOptions{inputs: []string{in}, x: "members", y: []string{"median", "max"}, filter: []string{"watch=on"}, series: "watch"})
+	if err != nil || fmt.Sprint(names) != "[median, watch on max, watch on]" {
+		t.Fatalf("two y columns: %v %v", names, err)
 	}
 	if len(r.Notes) != 1 {
 		t.Fatalf("notes %q, want the one title line", r.Notes)
