@@ -96,8 +96,15 @@ type Config struct {
 	// member. Default 30 s.
 	RebalanceTimeout time.Duration
 	// HeartbeatInterval is the time between heartbeats. Default
-	// SessionTimeout/3; must be below SessionTimeout.
+	// SessionTimeout/3; must be below SessionTimeout. Heartbeats keep the
+	// session alive; the member hears that the group is rebalancing from
+	// its watch (WatchGroup) at once, not from its next heartbeat.
 	HeartbeatInterval time.Duration
+	// DisableWatch turns the watch off: the member learns of a rebalance
+	// only from its heartbeats, up to HeartbeatInterval late (as Kafka's
+	// classic clients do). For servers that predate WatchGroup the member
+	// falls back to this by itself.
+	DisableWatch bool
 
 	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
 	// (with jitter) between retries of a retryable failure. Defaults 50 ms

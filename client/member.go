@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -454,37 +455,119 @@ func (m *Member) sync(ctx context.Context, gen int32, plan []*cohortv1.MemberAss
 	return fromProto(resp.GetAssignment()), nil
 }
 
-// heartbeatUntilRebalance heartbeats every HeartbeatInterval and returns
-// when the member must rejoin (lost: its membership or generation is gone,
-// so its partitions may already belong to others), or a fatal error.
+// heartbeatUntilRebalance heartbeats every HeartbeatInterval, and watches
+// the group meanwhile, until the member must rejoin (lost: its membership
+// or generation is gone, so its partitions may already belong to others),
+// or a fatal error.
 func (m *Member) heartbeatUntilRebalance(ctx context.Context) (lost bool, err error) {
 	t := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer t.Stop()
+	pushed := make(chan error, 1)
+	if !m.cfg.DisableWatch {
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { stop(); <-done }()
+		go func() {
+			defer close(done)
+			m.watch(wctx, pushed)
+		}()
+	}
 	for {
+		req := m.heartbeatRequest()
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
+		case err = <-pushed:
+			m.log.Debug("cohort watch says rebalance", "member", req.MemberId, "generation", req.Generation)
 		case <-t.C:
+			err = nil
 		case <-m.heartbeatNow:
 		}
-		req := m.heartbeatRequest()
-		_, err = m.groups.Heartbeat(ctx, req)
-		switch {
-		case err == nil:
-			continue
-		case ctx.Err() != nil:
-			return false, ctx.Err()
-		case errors.Is(err, ErrRebalanceInProgress), errors.Is(err, ErrIllegalGeneration):
-			m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
-			return errors.Is(err, ErrIllegalGeneration), nil
-		case errors.Is(err, ErrUnknownMemberID):
-			m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
-			m.forgetMemberID()
-			return true, nil
-		case fatal(err):
-			return false, fmt.Errorf("cohort: heartbeat group %q generation %d as %q: %w", m.cfg.GroupID, req.Generation, req.MemberId, err)
+		if err == nil {
+			_, err = m.groups.Heartbeat(ctx, req)
 		}
-		m.log.Warn("cohort heartbeat failed", "member", req.MemberId, "generation", req.Generation, "err", err)
+		if done, lost, err := m.standingChanged(ctx, req, err); done {
+			return lost, err
+		}
+	}
+}
+
+// standingChanged decides what a heartbeat's answer (or the watch's) means:
+// done when the member must rejoin (lost: it lost its membership or
+// generation) or stop (err: fatal).
+func (m *Member) standingChanged(ctx context.Context, req *cohortv1.HeartbeatRequest, err error) (done, lost bool, _ error) {
+	switch {
+	case err == nil:
+		return false, false, nil
+	case ctx.Err() != nil:
+		return true, false, ctx.Err()
+	case errors.Is(err, ErrRebalanceInProgress), errors.Is(err, ErrIllegalGeneration):
+		m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
+		return true, errors.Is(err, ErrIllegalGeneration), nil
+	case errors.Is(err, ErrUnknownMemberID):
+		m.log.Info("cohort rebalance", "member", req.MemberId, "generation", req.Generation, "reason", Reason(err))
+		m.forgetMemberID()
+		return true, true, nil
+	case fatal(err):
+		return true, false, fmt.Errorf("cohort: heartbeat group %q generation %d as %q: %w", m.cfg.GroupID, req.Generation, req.MemberId, err)
+	}
+	m.log.Warn("cohort heartbeat failed", "member", req.MemberId, "generation", req.Generation, "err", err)
+	return false, false, nil
+}
+
+// watch keeps a WatchGroup open for the member's current generation until
+// ctx ends, and delivers the first answer that says the member is no longer
+// current. A stream that ends for another reason (the leader changed, the
+// node went away) is opened again after a backoff; the new leader answers
+// from the replicated state, so nothing that happened in between is
+// missed. Against a server without WatchGroup it stops: heartbeats alone
+// still find every rebalance.
+func (m *Member) watch(ctx context.Context, pushed chan<- error) {
+	hb := m.heartbeatRequest()
+	req := &cohortv1.WatchGroupRequest{GroupId: hb.GroupId, Generation: hb.Generation, MemberId: hb.MemberId, InstanceId: hb.InstanceId}
+	for failures := 0; ; failures++ {
+		err := m.watchOnce(ctx, req, pushed)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return
+		case status.Code(err) == codes.Unimplemented:
+			m.log.Info("cohort: the coordinator does not offer WatchGroup; relying on heartbeats", "member", req.MemberId)
+			return
+		case fatal(err):
+			m.log.Warn("cohort watch refused; relying on heartbeats", "member", req.MemberId, "err", err)
+			return
+		}
+		m.log.Debug("cohort watch ended, watching again", "member", req.MemberId, "err", err)
+		if m.backoff.wait(ctx, min(failures, 8)) != nil {
+			return
+		}
+	}
+}
+
+// watchOnce runs one WatchGroup stream: nil once it delivered a change of
+// standing, the stream's error otherwise.
+func (m *Member) watchOnce(ctx context.Context, req *cohortv1.WatchGroupRequest, pushed chan<- error) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := m.groups.WatchGroup(sctx, req)
+	if err != nil {
+		return fromStatus(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("watch stream ended without a change")
+			}
+			return fromStatus(err)
+		}
+		if perr := fromCode(resp.GetError(), resp.GetErrorMessage()); perr != nil {
+			select {
+			case pushed <- perr:
+			case <-ctx.Done():
+			}
+			return nil
+		}
 	}
 }
 

@@ -37,6 +37,42 @@ type refusedPlan struct {
 	err        string
 }
 
+// sessionTable holds the members' session deadlines by group: a group's
+// members are found without looking at every other group's.
+type sessionTable map[string]map[string]time.Time
+
+func (t sessionTable) get(k memberKey) (time.Time, bool) {
+	at, ok := t[k.group][k.member]
+	return at, ok
+}
+
+func (t sessionTable) set(k memberKey, at time.Time) {
+	ms := t[k.group]
+	if ms == nil {
+		ms = map[string]time.Time{}
+		t[k.group] = ms
+	}
+	ms[k.member] = at
+}
+
+func (t sessionTable) drop(k memberKey) {
+	if ms := t[k.group]; ms != nil {
+		delete(ms, k.member)
+		if len(ms) == 0 {
+			delete(t, k.group)
+		}
+	}
+}
+
+// len is the number of sessions.
+func (t sessionTable) len() int {
+	n := 0
+	for _, ms := range t {
+		n += len(ms)
+	}
+	return n
+}
+
 // sessionDeadline is when m's session expires if nothing is heard from it
 // after now.
 func sessionDeadline(now time.Time, m *fsm.Member) time.Time {
@@ -53,7 +89,7 @@ func (e *Engine) touchSessionLocked(group, member string, now time.Time) {
 		return
 	}
 	if m, ok := g.Member(member); ok {
-		e.sessions[memberKey{group, member}] = sessionDeadline(now, m)
+		e.sessions.set(memberKey{group, member}, sessionDeadline(now, m))
 	}
 }
 
@@ -179,10 +215,13 @@ type sessionExpiry struct {
 // Groups come sorted by ID.
 func (e *Engine) expiredSessionsLocked(now time.Time) []sessionExpiry {
 	byGroup := map[string][]string{}
-	for k, at := range e.sessions {
-		if now.After(at) && !e.expiring[k] && !e.hasWaiterLocked(k.group, k.member) {
-			e.expiring[k] = true
-			byGroup[k.group] = append(byGroup[k.group], k.member)
+	for group, members := range e.sessions {
+		for member, at := range members {
+			k := memberKey{group, member}
+			if now.After(at) && !e.expiring[k] && !e.hasWaiterLocked(group, member) {
+				e.expiring[k] = true
+				byGroup[group] = append(byGroup[group], member)
+			}
 		}
 	}
 	out := make([]sessionExpiry, 0, len(byGroup))

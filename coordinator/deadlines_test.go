@@ -82,13 +82,13 @@ func runEngine(t *testing.T, cfg Config, r Raft, f *fsm.FSM) *Engine {
 func Test_SessionOfAGoneMember_IsExpiredOnce(t *testing.T) {
 	e, lr := servingEngine(t, 5*time.Millisecond)
 	e.mu.Lock()
-	e.sessions[memberKey{"deleted", "m-1"}] = e.cfg.Now().Add(-time.Second)
+	e.sessions.set(memberKey{"deleted", "m-1"}, e.cfg.Now().Add(-time.Second))
 	e.mu.Unlock()
 	// Once the session is forgotten nothing can propose its removal again,
 	// so the count then is final.
 	pollUntil(t, "the gone member's removal to be proposed and its session forgotten", func() (bool, string) {
 		e.mu.Lock()
-		_, held := e.sessions[memberKey{"deleted", "m-1"}]
+		_, held := e.sessions.get(memberKey{"deleted", "m-1"})
 		e.mu.Unlock()
 		n := lr.removes.Load()
 		return n > 0 && !held, fmt.Sprintf("%d RemoveMembers proposed, session held: %t", n, held)
@@ -106,7 +106,7 @@ func Test_TouchSession_IgnoresAMemberTheFSMNoLongerHas(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.touchSessionLocked("g", "gone", e.cfg.Now())
-	if len(e.sessions) != 0 {
+	if e.sessions.len() != 0 {
 		t.Fatalf("sessions %v after refreshing a member that does not exist", e.sessions)
 	}
 }
@@ -185,7 +185,7 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 	// leadership), which reconciles every group and would hide the bug.
 	proc.WaitFor(t, 900*time.Millisecond, "a session and a sync deadline after the applied join", func() (bool, string) {
 		e.mu.Lock()
-		_, session := e.sessions[memberKey{"g", member}]
+		_, session := e.sessions.get(memberKey{"g", member})
 		_, sync := e.syncs["g"]
 		e.mu.Unlock()
 		return session && sync, fmt.Sprintf("session %t, sync deadline %t", session, sync)

@@ -61,7 +61,7 @@ type Engine struct {
 	// term is still this one (readBarrier).
 	term uint64
 	// Leader-local state, rebuilt from the FSM on every leadership gain.
-	sessions map[memberKey]time.Time
+	sessions sessionTable
 	pending  map[memberKey]time.Time
 	// pendingPerGroup counts pending's keys by group.
 	pendingPerGroup map[string]int
@@ -73,7 +73,15 @@ type Engine struct {
 	// generation was refused, for DescribeGroups and the logs.
 	refusedPlans map[string]refusedPlan
 	waiters      map[string][]*waiter
-	expiring     map[memberKey]bool
+	// leaderAnswers are the group leaders' join answers of the current
+	// generations (joinAnswer).
+	leaderAnswers map[string]leaderJoinAnswer
+	// parked counts each member's parked calls (waiters), so that the
+	// session sweep asks about one member in O(1).
+	parked map[memberKey]int
+	// watches are the members watching their group (watch.go).
+	watches  map[string][]*watch
+	expiring map[memberKey]bool
 
 	reads   readBarrier
 	commits *committer
@@ -102,13 +110,16 @@ func New(cfg Config, r Raft, f *fsm.FSM) (*Engine, error) {
 }
 
 func (e *Engine) resetLocked() {
-	e.sessions = map[memberKey]time.Time{}
+	e.sessions = sessionTable{}
 	e.pending = map[memberKey]time.Time{}
 	e.pendingPerGroup = map[string]int{}
 	e.rebalances = map[string]*rebalanceTimer{}
 	e.syncs = map[string]*syncTimer{}
 	e.refusedPlans = map[string]refusedPlan{}
 	e.waiters = map[string][]*waiter{}
+	e.parked = map[memberKey]int{}
+	e.leaderAnswers = map[string]leaderJoinAnswer{}
+	e.watches = map[string][]*watch{}
 	e.expiring = map[memberKey]bool{}
 }
 
@@ -229,8 +240,13 @@ func (e *Engine) stepDown(why string) {
 			parked++
 		}
 	}
+	watching := 0
+	for _, ws := range e.watches {
+		watching += len(ws)
+	}
+	e.endWatchesLocked(why)
 	if e.serving {
-		e.log.Info("coordinator stopped serving", "reason", why, "parked_calls_answered", parked)
+		e.log.Info("coordinator stopped serving", "reason", why, "parked_calls_answered", parked, "watches_ended", watching)
 	}
 	e.serving = false
 	e.ready = make(chan struct{})

@@ -125,7 +125,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 		e.mu.Unlock()
 	}
 	e.m.joinLatency.Observe(e.cfg.Now().Sub(start).Seconds())
-	return joinResponse(g, memberID, e.fsm), nil
+	return e.joinAnswer(g, memberID), nil
 }
 
 // logServerAssignment records how the FSM computed a server-side plan when
@@ -145,15 +145,42 @@ func (e *Engine) logServerAssignment(res *fsm.ApplyResult) {
 		"members", len(res.Group.Members), "record_claims", sa.RecordClaims, "metadata_claims", sa.MetadataClaims)
 }
 
-// joinResponse is a member's answer for the group's current generation.
-// Only a client-side group's leader gets the members and topics: in a
-// server-side group the FSM has already assigned.
-func joinResponse(g *fsm.Group, memberID string, f *fsm.FSM) *cohortv1.JoinGroupResponse {
-	resp := &cohortv1.JoinGroupResponse{
-		Generation: g.Generation, Protocol: g.Protocol, LeaderId: g.LeaderID, MemberId: memberID,
-	}
+// leaderJoinAnswer is the group leader's join answer for one generation.
+type leaderJoinAnswer struct {
+	generation int32
+	leader     string
+	resp       *cohortv1.JoinGroupResponse
+}
+
+// joinAnswer is a member's answer for the group's current generation.
+// Only a client-side group's leader gets the members and topics (in a
+// server-side group the FSM has already assigned); that answer, O(members)
+// to build, is built once per generation and shared by the leader's
+// retries (answers are never changed once built).
+func (e *Engine) joinAnswer(g *fsm.Group, memberID string) *cohortv1.JoinGroupResponse {
 	if memberID != g.LeaderID || g.ProtocolType == fsm.ServerProtocolType {
-		return resp
+		return &cohortv1.JoinGroupResponse{Generation: g.Generation, Protocol: g.Protocol, LeaderId: g.LeaderID, MemberId: memberID}
+	}
+	e.mu.Lock()
+	cached, ok := e.leaderAnswers[g.ID]
+	e.mu.Unlock()
+	if ok && cached.generation == g.Generation && cached.leader == memberID {
+		return cached.resp
+	}
+	resp := leaderJoinResponse(g, e.fsm)
+	e.mu.Lock()
+	if e.serving {
+		e.leaderAnswers[g.ID] = leaderJoinAnswer{g.Generation, memberID, resp}
+	}
+	e.mu.Unlock()
+	return resp
+}
+
+// leaderJoinResponse is the group leader's answer: every member with its
+// metadata for the chosen protocol, and the subscribed topics' sizes.
+func leaderJoinResponse(g *fsm.Group, f *fsm.FSM) *cohortv1.JoinGroupResponse {
+	resp := &cohortv1.JoinGroupResponse{
+		Generation: g.Generation, Protocol: g.Protocol, LeaderId: g.LeaderID, MemberId: g.LeaderID,
 	}
 	var topics []string
 	for _, m := range g.Members {
@@ -287,15 +314,34 @@ func (e *Engine) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatRequest) er
 	if err != nil {
 		return err
 	}
+	if g.State != fsm.CompletingRebalance {
+		// Not refreshed while completing: a leader that never syncs lets
+		// its group expire.
+		e.refresh(g, r.GetMemberId())
+	}
+	return rebalanceNeeded(g)
+}
+
+// standing is what a Heartbeat from a member of generation would be
+// answered with the group as g (nil: the member is current). Heartbeat and
+// WatchGroup share it, so a watching member hears exactly what its next
+// heartbeat would.
+func (e *Engine) standing(group, member, instance string, generation int32) error {
+	g, err := e.checkMember(group, member, instance, generation)
+	if err != nil {
+		return err
+	}
+	return rebalanceNeeded(g)
+}
+
+// rebalanceNeeded is REBALANCE_IN_PROGRESS while g is rebalancing.
+func rebalanceNeeded(g *fsm.Group) error {
 	switch g.State {
 	case fsm.CompletingRebalance:
-		// Not refreshed: a leader that never syncs lets its group expire.
 		return errcode.Errorf(errcode.RebalanceInProgress, "group %q is waiting for generation %d's assignment: sync", g.ID, g.Generation)
 	case fsm.PreparingRebalance:
-		e.refresh(g, r.GetMemberId())
 		return errcode.Errorf(errcode.RebalanceInProgress, "group %q is rebalancing: join again", g.ID)
 	}
-	e.refresh(g, r.GetMemberId())
 	return nil
 }
 

@@ -336,7 +336,7 @@ func TestSessions_ExpireAfterLeadershipReturnsToANodeThatLedBefore(t *testing.T)
 	s.awaitServing(t)
 	returned := s.clock.Now()
 	s.mu.Lock()
-	deadline, armed := s.sessions[memberKey{"g", id}]
+	deadline, armed := s.sessions.get(memberKey{"g", id})
 	s.mu.Unlock()
 	if want := returned.Add(session); !armed || !deadline.Equal(want) {
 		t.Fatalf("member's session deadline when leadership returned: %v (armed %t), want %v: a session timeout from then", deadline.Sub(returned), armed, session)
@@ -350,7 +350,7 @@ func TestSessions_ExpireAfterLeadershipReturnsToANodeThatLedBefore(t *testing.T)
 			return true, ""
 		}
 		s.mu.Lock()
-		_, armed := s.sessions[memberKey{"g", id}]
+		_, armed := s.sessions.get(memberKey{"g", id})
 		s.mu.Unlock()
 		return false, fmt.Sprintf("member %s still in group g (%s), session deadline armed: %t", id, g.State, armed)
 	})

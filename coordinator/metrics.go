@@ -14,6 +14,7 @@ type metrics struct {
 	joinLatency      prometheus.Histogram
 	fencedCommits    *prometheus.CounterVec
 	parked           *prometheus.GaugeVec
+	watches          prometheus.Gauge
 	syncExpirations  prometheus.Counter
 	refusedPlans     prometheus.Counter
 	commitBatch      prometheus.Histogram
@@ -60,6 +61,10 @@ func newMetrics() *metrics {
 			Namespace: "cohort", Subsystem: "group", Name: "parked_calls",
 			Help: "JoinGroup and SyncGroup calls waiting at a barrier.",
 		}, []string{"kind"}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cohort", Subsystem: "group", Name: "watches",
+			Help: "Members watching their group (WatchGroup) on this leader, to hear of a rebalance at once.",
+		}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "cohort", Subsystem: "group", Name: "commit_batch_size",
 			Help:    "Offset commits coalesced into one Raft entry (batches of two or more).",
@@ -111,6 +116,6 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 // Collectors returns the engine's metrics for registration.
 func (e *Engine) Collectors() []prometheus.Collector {
 	m := e.m
-	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.syncExpirations, m.refusedPlans, m.commitBatch,
+	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.watches, m.syncExpirations, m.refusedPlans, m.commitBatch,
 		m.refusedBeforeLog, newBudgetCollector(e)}
 }

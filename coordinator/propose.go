@@ -75,6 +75,7 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 		})
 		e.mu.Lock()
 		ids = append(ids, slices.Collect(maps.Keys(e.waiters))...)
+		ids = append(ids, slices.Collect(maps.Keys(e.watches))...)
 		e.mu.Unlock()
 	case *fsmv1.Command_DeleteGroups:
 		ids = c.DeleteGroups.GetGroupIds()
@@ -97,10 +98,51 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 		return
 	}
 	now := e.cfg.Now()
+	if e.joinedRoundLocked(cmd, res, now) {
+		return
+	}
 	for _, id := range ids {
 		g, _ := e.fsm.Group(id)
 		e.reconcileLocked(id, g, now, false)
 	}
+}
+
+func hasMember(g *fsm.Group, id string) bool {
+	_, ok := g.Member(id)
+	return ok
+}
+
+// joinedRoundLocked is reconcileLocked's shortcut for the commonest entry
+// of a rebalance: a dynamic member joining a round that was already open
+// at this generation when the engine last reconciled the group (its
+// rebalance timer is for this generation). Such a join removes nobody and
+// changes no state, so no parked call or watch can be answered (calls and
+// watches the round ends were answered when it opened), and only the
+// joiner may need a session: the join costs O(1) here, not O(members),
+// which would make a round of n joins O(n²). It reports false, changing
+// nothing, for every other entry.
+func (e *Engine) joinedRoundLocked(cmd *fsmv1.Command, res *fsm.ApplyResult, now time.Time) bool {
+	j := cmd.GetJoinMember()
+	if j == nil || res.Err != nil || res.JoinCompleted || j.GetMember().GetInstanceId() != "" {
+		return false
+	}
+	id, member := j.GetGroupId(), j.GetMember().GetMemberId()
+	g, ok := e.fsm.Group(id)
+	t := e.rebalances[id]
+	if !ok || g.State != fsm.PreparingRebalance || t == nil || t.generation != g.Generation {
+		return false
+	}
+	if m, ok := g.Member(member); ok {
+		k := memberKey{id, member}
+		if _, armed := e.sessions.get(k); !armed {
+			e.sessions.set(k, sessionDeadline(now, m))
+		}
+	}
+	t.delayAt = time.Time{}
+	if g.InitialDelayUntilMs > 0 {
+		t.delayAt = time.UnixMilli(g.InitialDelayUntilMs)
+	}
+	return true
 }
 
 // commandGroup is the group a group command names ("" for others).
@@ -122,19 +164,18 @@ func commandGroup(cmd *fsmv1.Command) string {
 // and answers the parked calls whose barrier has passed. fresh re-arms every
 // deadline from now (a new leader).
 func (e *Engine) reconcileLocked(id string, g *fsm.Group, now time.Time, fresh bool) {
-	live := map[string]*fsm.Member{}
 	if g != nil {
 		for _, m := range g.Members {
-			live[m.ID] = m
 			k := memberKey{id, m.ID}
-			if _, ok := e.sessions[k]; !ok || fresh {
-				e.sessions[k] = sessionDeadline(now, m)
+			if _, ok := e.sessions.get(k); !ok || fresh {
+				e.sessions.set(k, sessionDeadline(now, m))
 			}
 		}
 	}
-	for k := range e.sessions {
-		if k.group == id && live[k.member] == nil {
-			delete(e.sessions, k)
+	for member := range e.sessions[id] {
+		if g == nil || !hasMember(g, member) {
+			k := memberKey{id, member}
+			e.sessions.drop(k)
 			delete(e.expiring, k)
 		}
 	}
@@ -158,8 +199,12 @@ func (e *Engine) reconcileLocked(id string, g *fsm.Group, now time.Time, fresh b
 	} else {
 		delete(e.syncs, id)
 	}
+	if a, ok := e.leaderAnswers[id]; ok && (g == nil || g.Generation != a.generation) {
+		delete(e.leaderAnswers, id)
+	}
 	if r, ok := e.refusedPlans[id]; ok && (g == nil || g.Generation != r.generation || g.State != fsm.CompletingRebalance) {
 		delete(e.refusedPlans, id)
 	}
 	e.answerLocked(id, g, now)
+	e.notifyWatchesLocked(id)
 }

@@ -46,6 +46,7 @@ func (e *Engine) answerLocked(id string, g *fsm.Group, now time.Time) {
 		if res.err == nil {
 			e.touchSessionLocked(id, w.member, now)
 		}
+		e.unparkedLocked(id, w)
 		w.ch <- res
 	}
 	if len(kept) == 0 {
@@ -106,6 +107,7 @@ func (e *Engine) park(ctx context.Context, kind waitKind, group, member, instanc
 		return res.group, res.err
 	}
 	e.waiters[group] = append(e.waiters[group], w)
+	e.parked[memberKey{group, member}]++
 	// A parked member is alive: its session counts from now, and does not
 	// run while it waits (expiredSessionsLocked skips it).
 	e.touchSessionLocked(group, member, e.cfg.Now())
@@ -121,6 +123,7 @@ func (e *Engine) park(ctx context.Context, kind waitKind, group, member, instanc
 		ws := e.waiters[group]
 		if i := slices.Index(ws, w); i >= 0 {
 			e.waiters[group] = slices.Delete(ws, i, i+1)
+			e.unparkedLocked(group, w)
 			// Its call was cut (a reset connection, a restarted
 			// forwarder), not its life: a full session from now lets
 			// the client's retry find it a member still.
@@ -144,5 +147,13 @@ func kindName(k waitKind) string {
 // hasWaiterLocked reports whether member has a parked call (its session
 // does not expire while it waits at a barrier).
 func (e *Engine) hasWaiterLocked(group, member string) bool {
-	return slices.ContainsFunc(e.waiters[group], func(w *waiter) bool { return w.member == member })
+	return e.parked[memberKey{group, member}] > 0
+}
+
+// unparkedLocked counts w out of its member's parked calls.
+func (e *Engine) unparkedLocked(group string, w *waiter) {
+	k := memberKey{group, w.member}
+	if e.parked[k]--; e.parked[k] <= 0 {
+		delete(e.parked, k)
+	}
 }

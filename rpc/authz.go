@@ -142,8 +142,9 @@ func (a *Authorizer) UnaryInterceptor(ctx context.Context, req any, info *grpc.U
 	return handler(ctx, req)
 }
 
-// StreamInterceptor authenticates and authorizes a streaming call (every
-// one is an admin call: the request is not needed to decide).
+// StreamInterceptor authenticates and authorizes a streaming call (the
+// snapshot calls, an admin's, and WatchGroup, a client's: the request is
+// not needed to decide).
 func (a *Authorizer) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, err := a.check(ss.Context(), info.FullMethod, nil)
 	if err != nil {
@@ -342,6 +343,7 @@ var authorizationRules = map[string]rule{
 	cohortv1.GroupCoordinator_JoinGroup_FullMethodName:        clients,
 	cohortv1.GroupCoordinator_SyncGroup_FullMethodName:        clients,
 	cohortv1.GroupCoordinator_Heartbeat_FullMethodName:        clients,
+	cohortv1.GroupCoordinator_WatchGroup_FullMethodName:       clients,
 	cohortv1.GroupCoordinator_LeaveGroup_FullMethodName:       clients,
 	cohortv1.GroupCoordinator_OffsetCommit_FullMethodName:     commits,
 	cohortv1.GroupCoordinator_OffsetFetch_FullMethodName:      clients,

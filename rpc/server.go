@@ -55,6 +55,10 @@ func (s *GroupServer) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatReques
 	return &cohortv1.HeartbeatResponse{}, nil
 }
 
+func (s *GroupServer) WatchGroup(r *cohortv1.WatchGroupRequest, stream grpc.ServerStreamingServer[cohortv1.WatchGroupResponse]) error {
+	return toStatus(s.e.WatchGroup(stream.Context(), r, stream.Send))
+}
+
 func (s *GroupServer) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) (*cohortv1.LeaveGroupResponse, error) {
 	resp, err := s.e.LeaveGroup(ctx, r)
 	return resp, toStatus(err)

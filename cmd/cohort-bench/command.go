@@ -32,6 +32,8 @@ type globalOptions struct {
 	timeout    time.Duration
 	cpuprofile string
 	verbose    bool
+	// json prints the results as one JSON document (jsonReport).
+	json bool
 	// tls starts the cluster with mutual TLS from a throwaway CA.
 	tls bool
 	// tlsFiles are the caller's certificate for a running cluster
@@ -62,7 +64,8 @@ standalone commits) with the admin one. For a running cluster with TLS give
 --tls-cert/--tls-key/--tls-ca (and --tls-admin-cert/--tls-admin-key when
 that certificate is not an admin's). 'tls-cost' measures both side by side.
 
-Every run is bounded by --timeout; results are printed as a table.`,
+Every run is bounded by --timeout; results are printed as tables, or with
+--json as one JSON document (for scripts and the plots in docs/).`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			for _, e := range g.endpoints {
@@ -85,6 +88,7 @@ Every run is bounded by --timeout; results are printed as a table.`,
 	f.DurationVar(&g.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	f.StringVar(&g.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --cluster inprocess it includes the nodes)")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "log cluster and client events to stderr")
+	f.BoolVar(&g.json, "json", false, "print the results as one JSON document (notes and tables, rows in column order) instead of text")
 	f.BoolVar(&g.tls, "tls", false, "start the cluster with mutual TLS on Raft and gRPC (a throwaway CA; members use a client certificate, admin calls an admin one)")
 	f.StringVar(&g.tlsFiles.Cert, "tls-cert", "", "with --endpoints: certificate (PEM) to call the running cluster with over TLS (members; admin calls too unless --tls-admin-cert)")
 	f.StringVar(&g.tlsFiles.Key, "tls-key", "", "with --endpoints: the key of --tls-cert")
@@ -93,7 +97,7 @@ Every run is bounded by --timeout; results are printed as a table.`,
 	f.StringVar(&g.tlsAdmin.Key, "tls-admin-key", "", "the key of --tls-admin-cert")
 
 	root.AddCommand(newRawCommand(&g), newCommitsCommand(&g), newHeartbeatsCommand(&g),
-		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g))
+		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g), newPlotCommand())
 	return root
 }
 
@@ -133,7 +137,15 @@ func (g *globalOptions) run(cmd *cobra.Command, body func(ctx context.Context, o
 		}
 		defer pprof.StopCPUProfile()
 	}
-	return body(ctx, cmd.OutOrStdout())
+	if !g.json {
+		return body(ctx, cmd.OutOrStdout())
+	}
+	report := &jsonReport{Command: cmd.CommandPath(), Started: time.Now().UTC()}
+	err := body(ctx, report)
+	if werr := report.writeTo(cmd.OutOrStdout()); err == nil {
+		err = werr
+	}
+	return err
 }
 
 func (g *globalOptions) logger() *slog.Logger {

@@ -133,22 +133,36 @@ func median(ds []time.Duration) time.Duration {
 	return p50
 }
 
-// table prints aligned columns.
+// table prints aligned columns, or with --json (w is the run's
+// *jsonReport) adds them to the report.
 type table struct {
-	tw *tabwriter.Writer
+	tw     *tabwriter.Writer
+	report *jsonReport
+	json   *jsonReportTable
 }
 
 func newTable(w io.Writer, header ...string) *table {
+	if r, ok := w.(*jsonReport); ok {
+		return &table{report: r, json: r.table(header)}
+	}
 	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)}
 	t.row(header...)
 	return t
 }
 
 func (t *table) row(cells ...string) {
+	if t.report != nil {
+		t.report.addRow(t.json, cells)
+		return
+	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t")+"\t")
 }
 
-func (t *table) flush() { _ = t.tw.Flush() }
+func (t *table) flush() {
+	if t.tw != nil {
+		_ = t.tw.Flush()
+	}
+}
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)

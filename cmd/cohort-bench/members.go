@@ -22,6 +22,8 @@ type memberOptions struct {
 	// retryBackoffMax caps the client's retry backoff (0: the client's
 	// default, 2 s).
 	retryBackoffMax time.Duration
+	// disableWatch: members learn of rebalances from heartbeats only.
+	disableWatch bool
 	// creds are the members' credentials (target.member).
 	creds  client.Credentials
 	logger *slog.Logger
@@ -79,6 +81,7 @@ func startMember(ctx context.Context, o memberOptions, i int) (*member, error) {
 		SessionTimeout:    o.sessionTimeout,
 		HeartbeatInterval: o.heartbeatInterval,
 		RetryBackoffMax:   o.retryBackoffMax,
+		DisableWatch:      o.disableWatch,
 		Credentials:       o.creds,
 		Logger:            o.logger,
 		OnAssigned: func(_ context.Context, gen int32, a []client.TopicPartition) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,7 @@ func newRebalanceCommand(g *globalOptions) *cobra.Command {
 		partitions        int32
 		sessionTimeout    time.Duration
 		heartbeatInterval time.Duration
+		watch             string
 	)
 	cmd := &cobra.Command{
 		Use:   "rebalance",
@@ -29,18 +31,31 @@ then --rounds times starts one more member and measures the time from the
 start of its Run (its first JoinGroup) until every member, the new one
 included, holds the assignment of one new generation (OnAssigned).
 
-Existing members learn of the rebalance from their next heartbeat (eager
-protocol, as in Kafka's classic coordinator), so the figure includes up to
-one --heartbeat-interval. Rounds start at a random phase of the heartbeat
-rhythm, so on average half an interval; the "after last rejoin" columns
-exclude it: the time from the last existing member's revocation (the moment
-its heartbeat told it to rejoin) to the last member's new assignment.`,
+Existing members learn of the rebalance from their watch (WatchGroup, the
+client's default: within a round trip of the entry that started it) or,
+with --watch off, from their next heartbeat (the eager protocol as in
+Kafka's classic coordinator), which adds up to one --heartbeat-interval.
+Rounds start at a random phase of the heartbeat rhythm, so on average half
+an interval; --watch on,off measures both side by side. The "after last
+rejoin" columns exclude the wait: the time from the last existing member's revocation (the moment
+its watch or heartbeat told it to rejoin) to the last member's new assignment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
 				ns, err := parseInts("sizes", sizes)
 				if err != nil {
 					return err
+				}
+				var watchModes []bool // disableWatch per run
+				for _, w := range strings.Split(watch, ",") {
+					switch strings.TrimSpace(w) {
+					case "on":
+						watchModes = append(watchModes, false)
+					case "off":
+						watchModes = append(watchModes, true)
+					default:
+						return fmt.Errorf("--watch %q: want on, off or on,off", watch)
+					}
 				}
 				t, err := g.openTarget(ctx, "")
 				if err != nil {
@@ -57,14 +72,16 @@ its heartbeat told it to rejoin) to the last member's new assignment.`,
 				}
 				fmt.Fprintf(out, "rebalance latency, %s, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
 					t.name(), heartbeatInterval, sessionTimeout, partitions, loadLine())
-				tb := newTable(out, "members", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
+				tb := newTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
 				for _, n := range ns {
-					row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval)
-					if err != nil {
-						tb.flush() // the sizes measured so far
-						return err
+					for _, off := range watchModes {
+						row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval, off)
+						if err != nil {
+							tb.flush() // the sizes measured so far
+							return err
+						}
+						tb.row(row...)
 					}
-					tb.row(row...)
 				}
 				tb.flush()
 				return ctx.Err()
@@ -77,14 +94,19 @@ its heartbeat told it to rejoin) to the last member's new assignment.`,
 	f.Int32Var(&partitions, "partitions", 1024, "partitions of the group's topic")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout")
 	f.DurationVar(&heartbeatInterval, "heartbeat-interval", time.Second, "members' heartbeat interval")
+	f.StringVar(&watch, "watch", "on", "members watch their group (on), rely on heartbeats (off), or both side by side (on,off)")
 	return cmd
 }
 
-func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds int, session, hb time.Duration) ([]string, error) {
-	group := fmt.Sprintf("bench-rebalance-%d", n)
+func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds int, session, hb time.Duration, disableWatch bool) ([]string, error) {
+	mode := "on"
+	if disableWatch {
+		mode = "off"
+	}
+	group := fmt.Sprintf("bench-rebalance-%d-watch-%s", n, mode)
 	f := newFleet(ctx, memberOptions{
 		endpoints: t.addrs, group: group, topics: []string{"rebalance"},
-		sessionTimeout: session, heartbeatInterval: hb, creds: t.member, logger: g.logger(),
+		sessionTimeout: session, heartbeatInterval: hb, disableWatch: disableWatch, creds: t.member, logger: g.logger(),
 	})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -135,7 +157,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 	}
 	slices.Sort(lat)
 	slices.Sort(proto)
-	return []string{fmt.Sprint(n), fmt.Sprint(rounds), ms(median(lat)), ms(lat[len(lat)-1]), ms(lat[0]),
+	return []string{fmt.Sprint(n), mode, fmt.Sprint(rounds), ms(median(lat)), ms(lat[len(lat)-1]), ms(lat[0]),
 		ms(median(proto)), ms(proto[len(proto)-1]),
 		fmt.Sprintf("%.1f", float64(gens)/float64(rounds)), form.Round(time.Millisecond).String()}, nil
 }

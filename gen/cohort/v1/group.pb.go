@@ -913,6 +913,138 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_cohort_v1_group_proto_rawDescGZIP(), []int{11}
 }
 
+type WatchGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	Generation    int32                  `protobuf:"varint,2,opt,name=generation" json:"generation,omitempty"`
+	MemberId      string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
+	InstanceId    string                 `protobuf:"bytes,4,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGroupRequest) Reset() {
+	*x = WatchGroupRequest{}
+	mi := &file_cohort_v1_group_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGroupRequest) ProtoMessage() {}
+
+func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_group_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGroupRequest.ProtoReflect.Descriptor instead.
+func (*WatchGroupRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WatchGroupRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *WatchGroupRequest) GetGeneration() int32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WatchGroupRequest) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *WatchGroupRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+type WatchGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// NONE while the member is current; otherwise the refusal a Heartbeat
+	// would get now (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+	// UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+	Error        ErrorCode `protobuf:"varint,1,opt,name=error,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage string    `protobuf:"bytes,2,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
+	// The group's generation when the message was written.
+	Generation    int32 `protobuf:"varint,3,opt,name=generation" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGroupResponse) Reset() {
+	*x = WatchGroupResponse{}
+	mi := &file_cohort_v1_group_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGroupResponse) ProtoMessage() {}
+
+func (x *WatchGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_group_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGroupResponse.ProtoReflect.Descriptor instead.
+func (*WatchGroupResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WatchGroupResponse) GetError() ErrorCode {
+	if x != nil {
+		return x.Error
+	}
+	return ErrorCode_ERROR_CODE_NONE
+}
+
+func (x *WatchGroupResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *WatchGroupResponse) GetGeneration() int32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type LeaveMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId" json:"member_id,omitempty"`
@@ -923,7 +1055,7 @@ type LeaveMember struct {
 
 func (x *LeaveMember) Reset() {
 	*x = LeaveMember{}
-	mi := &file_cohort_v1_group_proto_msgTypes[12]
+	mi := &file_cohort_v1_group_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1067,7 @@ func (x *LeaveMember) String() string {
 func (*LeaveMember) ProtoMessage() {}
 
 func (x *LeaveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[12]
+	mi := &file_cohort_v1_group_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1080,7 @@ func (x *LeaveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMember.ProtoReflect.Descriptor instead.
 func (*LeaveMember) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{12}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaveMember) GetMemberId() string {
@@ -975,7 +1107,7 @@ type LeaveGroupRequest struct {
 
 func (x *LeaveGroupRequest) Reset() {
 	*x = LeaveGroupRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[13]
+	mi := &file_cohort_v1_group_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1119,7 @@ func (x *LeaveGroupRequest) String() string {
 func (*LeaveGroupRequest) ProtoMessage() {}
 
 func (x *LeaveGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[13]
+	mi := &file_cohort_v1_group_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1132,7 @@ func (x *LeaveGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveGroupRequest.ProtoReflect.Descriptor instead.
 func (*LeaveGroupRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{13}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaveGroupRequest) GetGroupId() string {
@@ -1029,7 +1161,7 @@ type LeaveMemberResult struct {
 
 func (x *LeaveMemberResult) Reset() {
 	*x = LeaveMemberResult{}
-	mi := &file_cohort_v1_group_proto_msgTypes[14]
+	mi := &file_cohort_v1_group_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1173,7 @@ func (x *LeaveMemberResult) String() string {
 func (*LeaveMemberResult) ProtoMessage() {}
 
 func (x *LeaveMemberResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[14]
+	mi := &file_cohort_v1_group_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1186,7 @@ func (x *LeaveMemberResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMemberResult.ProtoReflect.Descriptor instead.
 func (*LeaveMemberResult) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{14}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaveMemberResult) GetMemberId() string {
@@ -1094,7 +1226,7 @@ type LeaveGroupResponse struct {
 
 func (x *LeaveGroupResponse) Reset() {
 	*x = LeaveGroupResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[15]
+	mi := &file_cohort_v1_group_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1238,7 @@ func (x *LeaveGroupResponse) String() string {
 func (*LeaveGroupResponse) ProtoMessage() {}
 
 func (x *LeaveGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[15]
+	mi := &file_cohort_v1_group_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1251,7 @@ func (x *LeaveGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveGroupResponse.ProtoReflect.Descriptor instead.
 func (*LeaveGroupResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{15}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaveGroupResponse) GetMembers() []*LeaveMemberResult {
@@ -1141,7 +1273,7 @@ type OffsetCommitPartition struct {
 
 func (x *OffsetCommitPartition) Reset() {
 	*x = OffsetCommitPartition{}
-	mi := &file_cohort_v1_group_proto_msgTypes[16]
+	mi := &file_cohort_v1_group_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1285,7 @@ func (x *OffsetCommitPartition) String() string {
 func (*OffsetCommitPartition) ProtoMessage() {}
 
 func (x *OffsetCommitPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[16]
+	mi := &file_cohort_v1_group_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1298,7 @@ func (x *OffsetCommitPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitPartition.ProtoReflect.Descriptor instead.
 func (*OffsetCommitPartition) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{16}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OffsetCommitPartition) GetTopic() string {
@@ -1211,7 +1343,7 @@ type OffsetCommitRequest struct {
 
 func (x *OffsetCommitRequest) Reset() {
 	*x = OffsetCommitRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[17]
+	mi := &file_cohort_v1_group_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1355,7 @@ func (x *OffsetCommitRequest) String() string {
 func (*OffsetCommitRequest) ProtoMessage() {}
 
 func (x *OffsetCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[17]
+	mi := &file_cohort_v1_group_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1368,7 @@ func (x *OffsetCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitRequest.ProtoReflect.Descriptor instead.
 func (*OffsetCommitRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{17}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OffsetCommitRequest) GetGroupId() string {
@@ -1286,7 +1418,7 @@ type OffsetCommitPartitionResult struct {
 
 func (x *OffsetCommitPartitionResult) Reset() {
 	*x = OffsetCommitPartitionResult{}
-	mi := &file_cohort_v1_group_proto_msgTypes[18]
+	mi := &file_cohort_v1_group_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1430,7 @@ func (x *OffsetCommitPartitionResult) String() string {
 func (*OffsetCommitPartitionResult) ProtoMessage() {}
 
 func (x *OffsetCommitPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[18]
+	mi := &file_cohort_v1_group_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1443,7 @@ func (x *OffsetCommitPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitPartitionResult.ProtoReflect.Descriptor instead.
 func (*OffsetCommitPartitionResult) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{18}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OffsetCommitPartitionResult) GetTopic() string {
@@ -1351,7 +1483,7 @@ type OffsetCommitResponse struct {
 
 func (x *OffsetCommitResponse) Reset() {
 	*x = OffsetCommitResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[19]
+	mi := &file_cohort_v1_group_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1495,7 @@ func (x *OffsetCommitResponse) String() string {
 func (*OffsetCommitResponse) ProtoMessage() {}
 
 func (x *OffsetCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[19]
+	mi := &file_cohort_v1_group_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1508,7 @@ func (x *OffsetCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitResponse.ProtoReflect.Descriptor instead.
 func (*OffsetCommitResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{19}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OffsetCommitResponse) GetPartitions() []*OffsetCommitPartitionResult {
@@ -1405,7 +1537,7 @@ type OffsetFetchRequest struct {
 
 func (x *OffsetFetchRequest) Reset() {
 	*x = OffsetFetchRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[20]
+	mi := &file_cohort_v1_group_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1549,7 @@ func (x *OffsetFetchRequest) String() string {
 func (*OffsetFetchRequest) ProtoMessage() {}
 
 func (x *OffsetFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[20]
+	mi := &file_cohort_v1_group_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1562,7 @@ func (x *OffsetFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetFetchRequest.ProtoReflect.Descriptor instead.
 func (*OffsetFetchRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{20}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OffsetFetchRequest) GetGroupId() string {
@@ -1482,7 +1614,7 @@ type OffsetFetchPartition struct {
 
 func (x *OffsetFetchPartition) Reset() {
 	*x = OffsetFetchPartition{}
-	mi := &file_cohort_v1_group_proto_msgTypes[21]
+	mi := &file_cohort_v1_group_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1626,7 @@ func (x *OffsetFetchPartition) String() string {
 func (*OffsetFetchPartition) ProtoMessage() {}
 
 func (x *OffsetFetchPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[21]
+	mi := &file_cohort_v1_group_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1639,7 @@ func (x *OffsetFetchPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetFetchPartition.ProtoReflect.Descriptor instead.
 func (*OffsetFetchPartition) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{21}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OffsetFetchPartition) GetTopic() string {
@@ -1557,7 +1689,7 @@ type OffsetFetchResponse struct {
 
 func (x *OffsetFetchResponse) Reset() {
 	*x = OffsetFetchResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[22]
+	mi := &file_cohort_v1_group_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1701,7 @@ func (x *OffsetFetchResponse) String() string {
 func (*OffsetFetchResponse) ProtoMessage() {}
 
 func (x *OffsetFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[22]
+	mi := &file_cohort_v1_group_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1714,7 @@ func (x *OffsetFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetFetchResponse.ProtoReflect.Descriptor instead.
 func (*OffsetFetchResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{22}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OffsetFetchResponse) GetPartitions() []*OffsetFetchPartition {
@@ -1615,7 +1747,7 @@ type DescribeGroupsRequest struct {
 
 func (x *DescribeGroupsRequest) Reset() {
 	*x = DescribeGroupsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[23]
+	mi := &file_cohort_v1_group_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1759,7 @@ func (x *DescribeGroupsRequest) String() string {
 func (*DescribeGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[23]
+	mi := &file_cohort_v1_group_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1772,7 @@ func (x *DescribeGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{23}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DescribeGroupsRequest) GetGroupIds() []string {
@@ -1687,7 +1819,7 @@ type GroupMemberDescription struct {
 
 func (x *GroupMemberDescription) Reset() {
 	*x = GroupMemberDescription{}
-	mi := &file_cohort_v1_group_proto_msgTypes[24]
+	mi := &file_cohort_v1_group_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1831,7 @@ func (x *GroupMemberDescription) String() string {
 func (*GroupMemberDescription) ProtoMessage() {}
 
 func (x *GroupMemberDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[24]
+	mi := &file_cohort_v1_group_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1844,7 @@ func (x *GroupMemberDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMemberDescription.ProtoReflect.Descriptor instead.
 func (*GroupMemberDescription) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{24}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GroupMemberDescription) GetMemberId() string {
@@ -1779,7 +1911,7 @@ type GroupDescription struct {
 
 func (x *GroupDescription) Reset() {
 	*x = GroupDescription{}
-	mi := &file_cohort_v1_group_proto_msgTypes[25]
+	mi := &file_cohort_v1_group_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1923,7 @@ func (x *GroupDescription) String() string {
 func (*GroupDescription) ProtoMessage() {}
 
 func (x *GroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[25]
+	mi := &file_cohort_v1_group_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1936,7 @@ func (x *GroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDescription.ProtoReflect.Descriptor instead.
 func (*GroupDescription) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{25}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GroupDescription) GetGroupId() string {
@@ -1875,7 +2007,7 @@ type DescribeGroupsResponse struct {
 
 func (x *DescribeGroupsResponse) Reset() {
 	*x = DescribeGroupsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[26]
+	mi := &file_cohort_v1_group_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2019,7 @@ func (x *DescribeGroupsResponse) String() string {
 func (*DescribeGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[26]
+	mi := &file_cohort_v1_group_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2032,7 @@ func (x *DescribeGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{26}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DescribeGroupsResponse) GetGroups() []*GroupDescription {
@@ -1934,7 +2066,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[27]
+	mi := &file_cohort_v1_group_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2078,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[27]
+	mi := &file_cohort_v1_group_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2091,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{27}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListGroupsRequest) GetStates() []string {
@@ -2004,7 +2136,7 @@ type ListedGroup struct {
 
 func (x *ListedGroup) Reset() {
 	*x = ListedGroup{}
-	mi := &file_cohort_v1_group_proto_msgTypes[28]
+	mi := &file_cohort_v1_group_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2148,7 @@ func (x *ListedGroup) String() string {
 func (*ListedGroup) ProtoMessage() {}
 
 func (x *ListedGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[28]
+	mi := &file_cohort_v1_group_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2161,7 @@ func (x *ListedGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedGroup.ProtoReflect.Descriptor instead.
 func (*ListedGroup) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{28}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListedGroup) GetGroupId() string {
@@ -2086,7 +2218,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[29]
+	mi := &file_cohort_v1_group_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2230,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[29]
+	mi := &file_cohort_v1_group_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2243,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{29}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*ListedGroup {
@@ -2137,7 +2269,7 @@ type DeleteGroupsRequest struct {
 
 func (x *DeleteGroupsRequest) Reset() {
 	*x = DeleteGroupsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[30]
+	mi := &file_cohort_v1_group_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2281,7 @@ func (x *DeleteGroupsRequest) String() string {
 func (*DeleteGroupsRequest) ProtoMessage() {}
 
 func (x *DeleteGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[30]
+	mi := &file_cohort_v1_group_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2294,7 @@ func (x *DeleteGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{30}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteGroupsRequest) GetGroupIds() []string {
@@ -2183,7 +2315,7 @@ type DeleteGroupResult struct {
 
 func (x *DeleteGroupResult) Reset() {
 	*x = DeleteGroupResult{}
-	mi := &file_cohort_v1_group_proto_msgTypes[31]
+	mi := &file_cohort_v1_group_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2327,7 @@ func (x *DeleteGroupResult) String() string {
 func (*DeleteGroupResult) ProtoMessage() {}
 
 func (x *DeleteGroupResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[31]
+	mi := &file_cohort_v1_group_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2340,7 @@ func (x *DeleteGroupResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResult.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResult) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{31}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteGroupResult) GetGroupId() string {
@@ -2241,7 +2373,7 @@ type DeleteGroupsResponse struct {
 
 func (x *DeleteGroupsResponse) Reset() {
 	*x = DeleteGroupsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[32]
+	mi := &file_cohort_v1_group_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2385,7 @@ func (x *DeleteGroupsResponse) String() string {
 func (*DeleteGroupsResponse) ProtoMessage() {}
 
 func (x *DeleteGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[32]
+	mi := &file_cohort_v1_group_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2398,7 @@ func (x *DeleteGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{32}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteGroupsResponse) GetGroups() []*DeleteGroupResult {
@@ -2286,7 +2418,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[33]
+	mi := &file_cohort_v1_group_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2430,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[33]
+	mi := &file_cohort_v1_group_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2443,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{33}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -2336,7 +2468,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[34]
+	mi := &file_cohort_v1_group_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2480,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[34]
+	mi := &file_cohort_v1_group_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2493,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{34}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{36}
 }
 
 type ListTopicsRequest struct {
@@ -2379,7 +2511,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[35]
+	mi := &file_cohort_v1_group_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2523,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[35]
+	mi := &file_cohort_v1_group_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2536,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{35}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListTopicsRequest) GetAllowStale() bool {
@@ -2440,7 +2572,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[36]
+	mi := &file_cohort_v1_group_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2584,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[36]
+	mi := &file_cohort_v1_group_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2597,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{36}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicPartitionCount {
@@ -2491,7 +2623,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[37]
+	mi := &file_cohort_v1_group_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2635,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[37]
+	mi := &file_cohort_v1_group_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2648,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{37}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2534,7 +2666,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[38]
+	mi := &file_cohort_v1_group_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2678,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[38]
+	mi := &file_cohort_v1_group_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2691,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{38}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{40}
 }
 
 type AddPartitionsRequest struct {
@@ -2573,7 +2705,7 @@ type AddPartitionsRequest struct {
 
 func (x *AddPartitionsRequest) Reset() {
 	*x = AddPartitionsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[39]
+	mi := &file_cohort_v1_group_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2717,7 @@ func (x *AddPartitionsRequest) String() string {
 func (*AddPartitionsRequest) ProtoMessage() {}
 
 func (x *AddPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[39]
+	mi := &file_cohort_v1_group_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2730,7 @@ func (x *AddPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*AddPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{39}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AddPartitionsRequest) GetName() string {
@@ -2623,7 +2755,7 @@ type AddPartitionsResponse struct {
 
 func (x *AddPartitionsResponse) Reset() {
 	*x = AddPartitionsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[40]
+	mi := &file_cohort_v1_group_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2767,7 @@ func (x *AddPartitionsResponse) String() string {
 func (*AddPartitionsResponse) ProtoMessage() {}
 
 func (x *AddPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[40]
+	mi := &file_cohort_v1_group_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2780,7 @@ func (x *AddPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*AddPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{40}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{42}
 }
 
 var File_cohort_v1_group_proto protoreflect.FileDescriptor
@@ -2726,7 +2858,21 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\"\x13\n" +
-	"\x11HeartbeatResponse\"K\n" +
+	"\x11HeartbeatResponse\"\x8c\x01\n" +
+	"\x11WatchGroupRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x05R\n" +
+	"generation\x12\x1b\n" +
+	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\"\x85\x01\n" +
+	"\x12WatchGroupResponse\x12*\n" +
+	"\x05error\x18\x01 \x01(\x0e2\x14.cohort.v1.ErrorCodeR\x05error\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x05R\n" +
+	"generation\"K\n" +
 	"\vLeaveMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -2898,11 +3044,13 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x15ERROR_CODE_LAST_VOTER\x10\x18\x12%\n" +
 	"!ERROR_CODE_CONFIGURATION_CONFLICT\x10\x19\x12 \n" +
 	"\x1cERROR_CODE_AUTOPILOT_MANAGED\x10\x1a\x12\x1e\n" +
-	"\x1aERROR_CODE_BUDGET_EXCEEDED\x10\x1b2\xc7\x05\n" +
+	"\x1aERROR_CODE_BUDGET_EXCEEDED\x10\x1b2\x94\x06\n" +
 	"\x10GroupCoordinator\x12F\n" +
 	"\tJoinGroup\x12\x1b.cohort.v1.JoinGroupRequest\x1a\x1c.cohort.v1.JoinGroupResponse\x12F\n" +
 	"\tSyncGroup\x12\x1b.cohort.v1.SyncGroupRequest\x1a\x1c.cohort.v1.SyncGroupResponse\x12F\n" +
-	"\tHeartbeat\x12\x1b.cohort.v1.HeartbeatRequest\x1a\x1c.cohort.v1.HeartbeatResponse\x12I\n" +
+	"\tHeartbeat\x12\x1b.cohort.v1.HeartbeatRequest\x1a\x1c.cohort.v1.HeartbeatResponse\x12K\n" +
+	"\n" +
+	"WatchGroup\x12\x1c.cohort.v1.WatchGroupRequest\x1a\x1d.cohort.v1.WatchGroupResponse0\x01\x12I\n" +
 	"\n" +
 	"LeaveGroup\x12\x1c.cohort.v1.LeaveGroupRequest\x1a\x1d.cohort.v1.LeaveGroupResponse\x12O\n" +
 	"\fOffsetCommit\x12\x1e.cohort.v1.OffsetCommitRequest\x1a\x1f.cohort.v1.OffsetCommitResponse\x12L\n" +
@@ -2931,7 +3079,7 @@ func file_cohort_v1_group_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_v1_group_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_v1_group_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_cohort_v1_group_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_cohort_v1_group_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: cohort.v1.ErrorCode
 	(*ProtocolMetadata)(nil),            // 1: cohort.v1.ProtocolMetadata
@@ -2946,35 +3094,37 @@ var file_cohort_v1_group_proto_goTypes = []any{
 	(*SyncGroupResponse)(nil),           // 10: cohort.v1.SyncGroupResponse
 	(*HeartbeatRequest)(nil),            // 11: cohort.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),           // 12: cohort.v1.HeartbeatResponse
-	(*LeaveMember)(nil),                 // 13: cohort.v1.LeaveMember
-	(*LeaveGroupRequest)(nil),           // 14: cohort.v1.LeaveGroupRequest
-	(*LeaveMemberResult)(nil),           // 15: cohort.v1.LeaveMemberResult
-	(*LeaveGroupResponse)(nil),          // 16: cohort.v1.LeaveGroupResponse
-	(*OffsetCommitPartition)(nil),       // 17: cohort.v1.OffsetCommitPartition
-	(*OffsetCommitRequest)(nil),         // 18: cohort.v1.OffsetCommitRequest
-	(*OffsetCommitPartitionResult)(nil), // 19: cohort.v1.OffsetCommitPartitionResult
-	(*OffsetCommitResponse)(nil),        // 20: cohort.v1.OffsetCommitResponse
-	(*OffsetFetchRequest)(nil),          // 21: cohort.v1.OffsetFetchRequest
-	(*OffsetFetchPartition)(nil),        // 22: cohort.v1.OffsetFetchPartition
-	(*OffsetFetchResponse)(nil),         // 23: cohort.v1.OffsetFetchResponse
-	(*DescribeGroupsRequest)(nil),       // 24: cohort.v1.DescribeGroupsRequest
-	(*GroupMemberDescription)(nil),      // 25: cohort.v1.GroupMemberDescription
-	(*GroupDescription)(nil),            // 26: cohort.v1.GroupDescription
-	(*DescribeGroupsResponse)(nil),      // 27: cohort.v1.DescribeGroupsResponse
-	(*ListGroupsRequest)(nil),           // 28: cohort.v1.ListGroupsRequest
-	(*ListedGroup)(nil),                 // 29: cohort.v1.ListedGroup
-	(*ListGroupsResponse)(nil),          // 30: cohort.v1.ListGroupsResponse
-	(*DeleteGroupsRequest)(nil),         // 31: cohort.v1.DeleteGroupsRequest
-	(*DeleteGroupResult)(nil),           // 32: cohort.v1.DeleteGroupResult
-	(*DeleteGroupsResponse)(nil),        // 33: cohort.v1.DeleteGroupsResponse
-	(*CreateTopicRequest)(nil),          // 34: cohort.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),         // 35: cohort.v1.CreateTopicResponse
-	(*ListTopicsRequest)(nil),           // 36: cohort.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),          // 37: cohort.v1.ListTopicsResponse
-	(*DeleteTopicRequest)(nil),          // 38: cohort.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),         // 39: cohort.v1.DeleteTopicResponse
-	(*AddPartitionsRequest)(nil),        // 40: cohort.v1.AddPartitionsRequest
-	(*AddPartitionsResponse)(nil),       // 41: cohort.v1.AddPartitionsResponse
+	(*WatchGroupRequest)(nil),           // 13: cohort.v1.WatchGroupRequest
+	(*WatchGroupResponse)(nil),          // 14: cohort.v1.WatchGroupResponse
+	(*LeaveMember)(nil),                 // 15: cohort.v1.LeaveMember
+	(*LeaveGroupRequest)(nil),           // 16: cohort.v1.LeaveGroupRequest
+	(*LeaveMemberResult)(nil),           // 17: cohort.v1.LeaveMemberResult
+	(*LeaveGroupResponse)(nil),          // 18: cohort.v1.LeaveGroupResponse
+	(*OffsetCommitPartition)(nil),       // 19: cohort.v1.OffsetCommitPartition
+	(*OffsetCommitRequest)(nil),         // 20: cohort.v1.OffsetCommitRequest
+	(*OffsetCommitPartitionResult)(nil), // 21: cohort.v1.OffsetCommitPartitionResult
+	(*OffsetCommitResponse)(nil),        // 22: cohort.v1.OffsetCommitResponse
+	(*OffsetFetchRequest)(nil),          // 23: cohort.v1.OffsetFetchRequest
+	(*OffsetFetchPartition)(nil),        // 24: cohort.v1.OffsetFetchPartition
+	(*OffsetFetchResponse)(nil),         // 25: cohort.v1.OffsetFetchResponse
+	(*DescribeGroupsRequest)(nil),       // 26: cohort.v1.DescribeGroupsRequest
+	(*GroupMemberDescription)(nil),      // 27: cohort.v1.GroupMemberDescription
+	(*GroupDescription)(nil),            // 28: cohort.v1.GroupDescription
+	(*DescribeGroupsResponse)(nil),      // 29: cohort.v1.DescribeGroupsResponse
+	(*ListGroupsRequest)(nil),           // 30: cohort.v1.ListGroupsRequest
+	(*ListedGroup)(nil),                 // 31: cohort.v1.ListedGroup
+	(*ListGroupsResponse)(nil),          // 32: cohort.v1.ListGroupsResponse
+	(*DeleteGroupsRequest)(nil),         // 33: cohort.v1.DeleteGroupsRequest
+	(*DeleteGroupResult)(nil),           // 34: cohort.v1.DeleteGroupResult
+	(*DeleteGroupsResponse)(nil),        // 35: cohort.v1.DeleteGroupsResponse
+	(*CreateTopicRequest)(nil),          // 36: cohort.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),         // 37: cohort.v1.CreateTopicResponse
+	(*ListTopicsRequest)(nil),           // 38: cohort.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),          // 39: cohort.v1.ListTopicsResponse
+	(*DeleteTopicRequest)(nil),          // 40: cohort.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),         // 41: cohort.v1.DeleteTopicResponse
+	(*AddPartitionsRequest)(nil),        // 42: cohort.v1.AddPartitionsRequest
+	(*AddPartitionsResponse)(nil),       // 43: cohort.v1.AddPartitionsResponse
 }
 var file_cohort_v1_group_proto_depIdxs = []int32{
 	1,  // 0: cohort.v1.JoinGroupRequest.protocols:type_name -> cohort.v1.ProtocolMetadata
@@ -2984,52 +3134,55 @@ var file_cohort_v1_group_proto_depIdxs = []int32{
 	7,  // 4: cohort.v1.MemberAssignment.assignment:type_name -> cohort.v1.Assignment
 	8,  // 5: cohort.v1.SyncGroupRequest.assignments:type_name -> cohort.v1.MemberAssignment
 	7,  // 6: cohort.v1.SyncGroupResponse.assignment:type_name -> cohort.v1.Assignment
-	13, // 7: cohort.v1.LeaveGroupRequest.members:type_name -> cohort.v1.LeaveMember
-	0,  // 8: cohort.v1.LeaveMemberResult.error:type_name -> cohort.v1.ErrorCode
-	15, // 9: cohort.v1.LeaveGroupResponse.members:type_name -> cohort.v1.LeaveMemberResult
-	17, // 10: cohort.v1.OffsetCommitRequest.offsets:type_name -> cohort.v1.OffsetCommitPartition
-	0,  // 11: cohort.v1.OffsetCommitPartitionResult.error:type_name -> cohort.v1.ErrorCode
-	19, // 12: cohort.v1.OffsetCommitResponse.partitions:type_name -> cohort.v1.OffsetCommitPartitionResult
-	6,  // 13: cohort.v1.OffsetFetchRequest.partitions:type_name -> cohort.v1.TopicPartitions
-	22, // 14: cohort.v1.OffsetFetchResponse.partitions:type_name -> cohort.v1.OffsetFetchPartition
-	7,  // 15: cohort.v1.GroupMemberDescription.assignment:type_name -> cohort.v1.Assignment
-	25, // 16: cohort.v1.GroupDescription.members:type_name -> cohort.v1.GroupMemberDescription
-	26, // 17: cohort.v1.DescribeGroupsResponse.groups:type_name -> cohort.v1.GroupDescription
-	29, // 18: cohort.v1.ListGroupsResponse.groups:type_name -> cohort.v1.ListedGroup
-	0,  // 19: cohort.v1.DeleteGroupResult.error:type_name -> cohort.v1.ErrorCode
-	32, // 20: cohort.v1.DeleteGroupsResponse.groups:type_name -> cohort.v1.DeleteGroupResult
-	4,  // 21: cohort.v1.ListTopicsResponse.topics:type_name -> cohort.v1.TopicPartitionCount
-	2,  // 22: cohort.v1.GroupCoordinator.JoinGroup:input_type -> cohort.v1.JoinGroupRequest
-	9,  // 23: cohort.v1.GroupCoordinator.SyncGroup:input_type -> cohort.v1.SyncGroupRequest
-	11, // 24: cohort.v1.GroupCoordinator.Heartbeat:input_type -> cohort.v1.HeartbeatRequest
-	14, // 25: cohort.v1.GroupCoordinator.LeaveGroup:input_type -> cohort.v1.LeaveGroupRequest
-	18, // 26: cohort.v1.GroupCoordinator.OffsetCommit:input_type -> cohort.v1.OffsetCommitRequest
-	21, // 27: cohort.v1.GroupCoordinator.OffsetFetch:input_type -> cohort.v1.OffsetFetchRequest
-	24, // 28: cohort.v1.GroupCoordinator.DescribeGroups:input_type -> cohort.v1.DescribeGroupsRequest
-	28, // 29: cohort.v1.GroupCoordinator.ListGroups:input_type -> cohort.v1.ListGroupsRequest
-	31, // 30: cohort.v1.GroupCoordinator.DeleteGroups:input_type -> cohort.v1.DeleteGroupsRequest
-	34, // 31: cohort.v1.Topics.CreateTopic:input_type -> cohort.v1.CreateTopicRequest
-	36, // 32: cohort.v1.Topics.ListTopics:input_type -> cohort.v1.ListTopicsRequest
-	38, // 33: cohort.v1.Topics.DeleteTopic:input_type -> cohort.v1.DeleteTopicRequest
-	40, // 34: cohort.v1.Topics.AddPartitions:input_type -> cohort.v1.AddPartitionsRequest
-	5,  // 35: cohort.v1.GroupCoordinator.JoinGroup:output_type -> cohort.v1.JoinGroupResponse
-	10, // 36: cohort.v1.GroupCoordinator.SyncGroup:output_type -> cohort.v1.SyncGroupResponse
-	12, // 37: cohort.v1.GroupCoordinator.Heartbeat:output_type -> cohort.v1.HeartbeatResponse
-	16, // 38: cohort.v1.GroupCoordinator.LeaveGroup:output_type -> cohort.v1.LeaveGroupResponse
-	20, // 39: cohort.v1.GroupCoordinator.OffsetCommit:output_type -> cohort.v1.OffsetCommitResponse
-	23, // 40: cohort.v1.GroupCoordinator.OffsetFetch:output_type -> cohort.v1.OffsetFetchResponse
-	27, // 41: cohort.v1.GroupCoordinator.DescribeGroups:output_type -> cohort.v1.DescribeGroupsResponse
-	30, // 42: cohort.v1.GroupCoordinator.ListGroups:output_type -> cohort.v1.ListGroupsResponse
-	33, // 43: cohort.v1.GroupCoordinator.DeleteGroups:output_type -> cohort.v1.DeleteGroupsResponse
-	35, // 44: cohort.v1.Topics.CreateTopic:output_type -> cohort.v1.CreateTopicResponse
-	37, // 45: cohort.v1.Topics.ListTopics:output_type -> cohort.v1.ListTopicsResponse
-	39, // 46: cohort.v1.Topics.DeleteTopic:output_type -> cohort.v1.DeleteTopicResponse
-	41, // 47: cohort.v1.Topics.AddPartitions:output_type -> cohort.v1.AddPartitionsResponse
-	35, // [35:48] is the sub-list for method output_type
-	22, // [22:35] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	0,  // 7: cohort.v1.WatchGroupResponse.error:type_name -> cohort.v1.ErrorCode
+	15, // 8: cohort.v1.LeaveGroupRequest.members:type_name -> cohort.v1.LeaveMember
+	0,  // 9: cohort.v1.LeaveMemberResult.error:type_name -> cohort.v1.ErrorCode
+	17, // 10: cohort.v1.LeaveGroupResponse.members:type_name -> cohort.v1.LeaveMemberResult
+	19, // 11: cohort.v1.OffsetCommitRequest.offsets:type_name -> cohort.v1.OffsetCommitPartition
+	0,  // 12: cohort.v1.OffsetCommitPartitionResult.error:type_name -> cohort.v1.ErrorCode
+	21, // 13: cohort.v1.OffsetCommitResponse.partitions:type_name -> cohort.v1.OffsetCommitPartitionResult
+	6,  // 14: cohort.v1.OffsetFetchRequest.partitions:type_name -> cohort.v1.TopicPartitions
+	24, // 15: cohort.v1.OffsetFetchResponse.partitions:type_name -> cohort.v1.OffsetFetchPartition
+	7,  // 16: cohort.v1.GroupMemberDescription.assignment:type_name -> cohort.v1.Assignment
+	27, // 17: cohort.v1.GroupDescription.members:type_name -> cohort.v1.GroupMemberDescription
+	28, // 18: cohort.v1.DescribeGroupsResponse.groups:type_name -> cohort.v1.GroupDescription
+	31, // 19: cohort.v1.ListGroupsResponse.groups:type_name -> cohort.v1.ListedGroup
+	0,  // 20: cohort.v1.DeleteGroupResult.error:type_name -> cohort.v1.ErrorCode
+	34, // 21: cohort.v1.DeleteGroupsResponse.groups:type_name -> cohort.v1.DeleteGroupResult
+	4,  // 22: cohort.v1.ListTopicsResponse.topics:type_name -> cohort.v1.TopicPartitionCount
+	2,  // 23: cohort.v1.GroupCoordinator.JoinGroup:input_type -> cohort.v1.JoinGroupRequest
+	9,  // 24: cohort.v1.GroupCoordinator.SyncGroup:input_type -> cohort.v1.SyncGroupRequest
+	11, // 25: cohort.v1.GroupCoordinator.Heartbeat:input_type -> cohort.v1.HeartbeatRequest
+	13, // 26: cohort.v1.GroupCoordinator.WatchGroup:input_type -> cohort.v1.WatchGroupRequest
+	16, // 27: cohort.v1.GroupCoordinator.LeaveGroup:input_type -> cohort.v1.LeaveGroupRequest
+	20, // 28: cohort.v1.GroupCoordinator.OffsetCommit:input_type -> cohort.v1.OffsetCommitRequest
+	23, // 29: cohort.v1.GroupCoordinator.OffsetFetch:input_type -> cohort.v1.OffsetFetchRequest
+	26, // 30: cohort.v1.GroupCoordinator.DescribeGroups:input_type -> cohort.v1.DescribeGroupsRequest
+	30, // 31: cohort.v1.GroupCoordinator.ListGroups:input_type -> cohort.v1.ListGroupsRequest
+	33, // 32: cohort.v1.GroupCoordinator.DeleteGroups:input_type -> cohort.v1.DeleteGroupsRequest
+	36, // 33: cohort.v1.Topics.CreateTopic:input_type -> cohort.v1.CreateTopicRequest
+	38, // 34: cohort.v1.Topics.ListTopics:input_type -> cohort.v1.ListTopicsRequest
+	40, // 35: cohort.v1.Topics.DeleteTopic:input_type -> cohort.v1.DeleteTopicRequest
+	42, // 36: cohort.v1.Topics.AddPartitions:input_type -> cohort.v1.AddPartitionsRequest
+	5,  // 37: cohort.v1.GroupCoordinator.JoinGroup:output_type -> cohort.v1.JoinGroupResponse
+	10, // 38: cohort.v1.GroupCoordinator.SyncGroup:output_type -> cohort.v1.SyncGroupResponse
+	12, // 39: cohort.v1.GroupCoordinator.Heartbeat:output_type -> cohort.v1.HeartbeatResponse
+	14, // 40: cohort.v1.GroupCoordinator.WatchGroup:output_type -> cohort.v1.WatchGroupResponse
+	18, // 41: cohort.v1.GroupCoordinator.LeaveGroup:output_type -> cohort.v1.LeaveGroupResponse
+	22, // 42: cohort.v1.GroupCoordinator.OffsetCommit:output_type -> cohort.v1.OffsetCommitResponse
+	25, // 43: cohort.v1.GroupCoordinator.OffsetFetch:output_type -> cohort.v1.OffsetFetchResponse
+	29, // 44: cohort.v1.GroupCoordinator.DescribeGroups:output_type -> cohort.v1.DescribeGroupsResponse
+	32, // 45: cohort.v1.GroupCoordinator.ListGroups:output_type -> cohort.v1.ListGroupsResponse
+	35, // 46: cohort.v1.GroupCoordinator.DeleteGroups:output_type -> cohort.v1.DeleteGroupsResponse
+	37, // 47: cohort.v1.Topics.CreateTopic:output_type -> cohort.v1.CreateTopicResponse
+	39, // 48: cohort.v1.Topics.ListTopics:output_type -> cohort.v1.ListTopicsResponse
+	41, // 49: cohort.v1.Topics.DeleteTopic:output_type -> cohort.v1.DeleteTopicResponse
+	43, // 50: cohort.v1.Topics.AddPartitions:output_type -> cohort.v1.AddPartitionsResponse
+	37, // [37:51] is the sub-list for method output_type
+	23, // [23:37] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_cohort_v1_group_proto_init() }
@@ -3043,7 +3196,7 @@ func file_cohort_v1_group_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_v1_group_proto_rawDesc), len(file_cohort_v1_group_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

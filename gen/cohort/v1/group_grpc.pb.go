@@ -22,6 +22,7 @@ const (
 	GroupCoordinator_JoinGroup_FullMethodName      = "/cohort.v1.GroupCoordinator/JoinGroup"
 	GroupCoordinator_SyncGroup_FullMethodName      = "/cohort.v1.GroupCoordinator/SyncGroup"
 	GroupCoordinator_Heartbeat_FullMethodName      = "/cohort.v1.GroupCoordinator/Heartbeat"
+	GroupCoordinator_WatchGroup_FullMethodName     = "/cohort.v1.GroupCoordinator/WatchGroup"
 	GroupCoordinator_LeaveGroup_FullMethodName     = "/cohort.v1.GroupCoordinator/LeaveGroup"
 	GroupCoordinator_OffsetCommit_FullMethodName   = "/cohort.v1.GroupCoordinator/OffsetCommit"
 	GroupCoordinator_OffsetFetch_FullMethodName    = "/cohort.v1.GroupCoordinator/OffsetFetch"
@@ -53,6 +54,17 @@ type GroupCoordinatorClient interface {
 	SyncGroup(ctx context.Context, in *SyncGroupRequest, opts ...grpc.CallOption) (*SyncGroupResponse, error)
 	// Heartbeat keeps a member's session alive. It never writes to the log.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// WatchGroup tells a member at once when it must act, instead of in the
+	// answer to its next heartbeat. The first message is what a Heartbeat
+	// would answer now (error NONE: the member is current); while it stays
+	// current the stream stays open, and the moment that changes (the group
+	// starts rebalancing, the member is removed or replaced, the group is
+	// deleted) one more message says what a Heartbeat would then answer, and
+	// the stream ends. When the node stops leading the stream ends with
+	// NOT_LEADER, and the member watches again on the new leader, which
+	// answers from the replicated state. Watching does not keep the session
+	// alive: heartbeats do.
+	WatchGroup(ctx context.Context, in *WatchGroupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGroupResponse], error)
 	// LeaveGroup removes one or more members.
 	LeaveGroup(ctx context.Context, in *LeaveGroupRequest, opts ...grpc.CallOption) (*LeaveGroupResponse, error)
 	// OffsetCommit commits offsets, fenced by member, generation and ownership.
@@ -107,6 +119,25 @@ func (c *groupCoordinatorClient) Heartbeat(ctx context.Context, in *HeartbeatReq
 	}
 	return out, nil
 }
+
+func (c *groupCoordinatorClient) WatchGroup(ctx context.Context, in *WatchGroupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGroupResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &GroupCoordinator_ServiceDesc.Streams[0], GroupCoordinator_WatchGroup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchGroupRequest, WatchGroupResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GroupCoordinator_WatchGroupClient = grpc.ServerStreamingClient[WatchGroupResponse]
 
 func (c *groupCoordinatorClient) LeaveGroup(ctx context.Context, in *LeaveGroupRequest, opts ...grpc.CallOption) (*LeaveGroupResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -191,6 +222,17 @@ type GroupCoordinatorServer interface {
 	SyncGroup(context.Context, *SyncGroupRequest) (*SyncGroupResponse, error)
 	// Heartbeat keeps a member's session alive. It never writes to the log.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// WatchGroup tells a member at once when it must act, instead of in the
+	// answer to its next heartbeat. The first message is what a Heartbeat
+	// would answer now (error NONE: the member is current); while it stays
+	// current the stream stays open, and the moment that changes (the group
+	// starts rebalancing, the member is removed or replaced, the group is
+	// deleted) one more message says what a Heartbeat would then answer, and
+	// the stream ends. When the node stops leading the stream ends with
+	// NOT_LEADER, and the member watches again on the new leader, which
+	// answers from the replicated state. Watching does not keep the session
+	// alive: heartbeats do.
+	WatchGroup(*WatchGroupRequest, grpc.ServerStreamingServer[WatchGroupResponse]) error
 	// LeaveGroup removes one or more members.
 	LeaveGroup(context.Context, *LeaveGroupRequest) (*LeaveGroupResponse, error)
 	// OffsetCommit commits offsets, fenced by member, generation and ownership.
@@ -224,6 +266,9 @@ func (UnimplementedGroupCoordinatorServer) SyncGroup(context.Context, *SyncGroup
 }
 func (UnimplementedGroupCoordinatorServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedGroupCoordinatorServer) WatchGroup(*WatchGroupRequest, grpc.ServerStreamingServer[WatchGroupResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchGroup not implemented")
 }
 func (UnimplementedGroupCoordinatorServer) LeaveGroup(context.Context, *LeaveGroupRequest) (*LeaveGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaveGroup not implemented")
@@ -317,6 +362,17 @@ func _GroupCoordinator_Heartbeat_Handler(srv interface{}, ctx context.Context, d
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _GroupCoordinator_WatchGroup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchGroupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(GroupCoordinatorServer).WatchGroup(m, &grpc.GenericServerStream[WatchGroupRequest, WatchGroupResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GroupCoordinator_WatchGroupServer = grpc.ServerStreamingServer[WatchGroupResponse]
 
 func _GroupCoordinator_LeaveGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LeaveGroupRequest)
@@ -470,7 +526,13 @@ var GroupCoordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _GroupCoordinator_DeleteGroups_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchGroup",
+			Handler:       _GroupCoordinator_WatchGroup_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "cohort/v1/group.proto",
 }
 

@@ -1,0 +1,67 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
+)
+
+// TestRealCluster_Watch_MembersHearOfRebalanceBeforeAnyHeartbeat: members
+// whose heartbeats are 50 s apart settle, then a new member joins. Its
+// join holds the group's barrier until every member has rejoined, which
+// the settled members learn of only from their watch (their next
+// heartbeat is most of a minute away): all three settle in a new
+// generation within waitFor's 10 s.
+func TestRealCluster_Watch_MembersHearOfRebalanceBeforeAnyHeartbeat(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "t", Partitions: 6}); err != nil {
+		t.Fatalf("CreateTopic: %v", err)
+	}
+	cfg := func(i int) Config {
+		return Config{
+			Endpoints: c.Addrs(), GroupID: "g", ClientID: fmt.Sprintf("c%d", i), Topics: []string{"t"},
+			SessionTimeout: 60 * time.Second, HeartbeatInterval: 50 * time.Second, RebalanceTimeout: 60 * time.Second,
+		}
+	}
+	var members []*Member
+	for i := range 2 {
+		m, _ := startMember(t, cfg(i))
+		members = append(members, m)
+	}
+	settledAt := func(ms []*Member, gen int32) bool {
+		seen := map[TopicPartition]bool{}
+		for _, m := range ms {
+			if m.Generation() != gen {
+				return false
+			}
+			for _, tp := range m.Assignment() {
+				if seen[tp] {
+					return false
+				}
+				seen[tp] = true
+			}
+		}
+		return len(seen) == 6
+	}
+	waitFor(t, "two members settled in one generation", func() bool {
+		return members[0].Generation() != NoGeneration && settledAt(members, members[0].Generation())
+	})
+	gen := members[0].Generation()
+
+	m, _ := startMember(t, cfg(2))
+	members = append(members, m)
+	waitFor(t, fmt.Sprintf("three members settled in generation %d, the one after %d", gen+1, gen), func() bool {
+		return settledAt(members, gen+1)
+	})
+}

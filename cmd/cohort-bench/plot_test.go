@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"gonum.org/v1/plot/plotter"
+)
+
+// TestJSONReportThenPlot: a table written through --json's report reads
+// back as curves (one per series value, sorted by x, cells read as their
+// leading number, rows filtered by --where), and plot draws them as a PNG.
+func TestJSONReportThenPlot(t *testing.T) {
+	r := &jsonReport{Command: "cohort-bench rebalance"}
+	fmt.Fprintf(r, "rebalance latency, load average 0.10 0.20 0.30\n")
+	tb := newTable(r, "members", "watch", "median", "max")
+	tb.row("100", "on", "40.00 ms", "45.00 ms")
+	tb.row("10", "on", "20.50 ms", "21.00 ms")
+	tb.row("10", "off", "1500.00 ms", "1600.00 ms")
+	tb.row("100", "off", "-", "-")
+	tb.flush()
+	var buf bytes.Buffer
+	if err := r.writeTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "report.json")
+	if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := plotOptions{inputs: []string{in}, x: "members", y: []string{"median"}, series: "watch", out: filepath.Join(dir, "curve.png"), logX: true}
+	names, curves, err := curvePoints(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]plotter.XYs{"watch on": {{X: 10, Y: 20.5}, {X: 100, Y: 40}}, "watch off": {{X: 10, Y: 1500}}}
+	if fmt.Sprint(names) != "[watch on watch off]" || fmt.Sprint(curves) != fmt.Sprint(want) {
+		t.Fatalf("curves %v %v, want [watch on watch off] %v", names, curves, want)
+	}
+	o.filter = []string{"watch=off"}
+	if names, _, err := curvePoints(o); err != nil || fmt.Sprint(names) != "[watch off]" {
+		t.Fatalf("with --where watch=off: %v %v, want [watch off]", names, err)
+	}
+	o.filter = nil
+	if err := drawPlot(o); err != nil {
+		t.Fatal(err)
+	}
+	png, err := os.ReadFile(o.out)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("plot wrote %d bytes (%v), want a PNG", len(png), err)
+	}
+	if _, _, err := curvePoints(plotOptions{inputs: []string{in}, x: "members", y: []string{"p99"}}); err == nil {
+		t.Fatal("a column no table has was accepted")
+	}
+	// Two y columns: one curve per column and series value.
+	names, _, err = curvePoints(plotOptions{inputs: []string{in}, x: "members", y: []string{"median", "max"}, filter: []string{"watch=on"}, series: "watch"})
+	if err != nil || fmt.Sprint(names) != "[median, watch on max, watch on]" {
+		t.Fatalf("two y columns: %v %v", names, err)
+	}
+	if len(r.Notes) != 1 {
+		t.Fatalf("notes %q, want the one title line", r.Notes)
+	}
+}
