@@ -134,11 +134,15 @@ func AttemptTimeout(d time.Duration) grpc.CallOption { return attemptTimeout{d: 
 
 // Invoke sends one unary call with the retry rules described on Conn.
 func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	timeout := c.cfg.RequestTimeout
+	timeout, checkEvery := c.cfg.RequestTimeout, c.cfg.LeaderCheckInterval
 	callOpts := make([]grpc.CallOption, 0, len(opts)+2)
 	for _, o := range opts {
 		if a, ok := o.(attemptTimeout); ok {
-			timeout = a.d
+			// A call that waits at a barrier (JoinGroup, SyncGroup) is
+			// slow by design: checked as often, every member parked in a
+			// large rebalance would probe the cluster several times a
+			// second. It is checked barrierCheckFactor times less often.
+			timeout, checkEvery = a.d, checkEvery*barrierCheckFactor
 			continue
 		}
 		callOpts = append(callOpts, o)
@@ -165,7 +169,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			} else {
 				actx, cancel = context.WithCancel(ctx)
 			}
-			check := c.checkLeader(actx, addr, cancel)
+			check := c.checkLeader(actx, addr, cancel, checkEvery)
 			err = cc.Invoke(actx, method, args, reply, append(callOpts, grpc.Header(&hdr), grpc.Trailer(&trl))...)
 			cancel()
 			claim, abandoned := check.stop()

@@ -42,12 +42,17 @@ type leaderCheck struct {
 	switchTo leaderClaim
 }
 
-// checkLeader starts checking, one interval from now and then every
-// interval until actx ends, whether the other nodes name a leader other
-// than target; if they do, it cancels the attempt with abandon. It returns
-// nil when the check is off. The caller must end actx, then call stop.
-func (c *Conn) checkLeader(actx context.Context, target string, abandon context.CancelFunc) *leaderCheck {
-	every := c.cfg.LeaderCheckInterval
+// barrierCheckFactor is how many times less often an attempt that waits at
+// a barrier (a call with AttemptTimeout) checks the leader: every 2 s at
+// the default interval.
+const barrierCheckFactor = 8
+
+// checkLeader starts checking, one interval (every) from now and then
+// every interval until actx ends, whether the other nodes name a leader
+// other than target; if they do, it cancels the attempt with abandon. It
+// returns nil when the check is off. The caller must end actx, then call
+// stop.
+func (c *Conn) checkLeader(actx context.Context, target string, abandon context.CancelFunc, every time.Duration) *leaderCheck {
 	if every <= 0 {
 		return nil
 	}

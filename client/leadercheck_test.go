@@ -383,3 +383,39 @@ func TestConfig_LeaderCheckIsOnByDefaultAndOffWhenNegative(t *testing.T) {
 		t.Fatalf("a negative interval became %v: the check would run", got)
 	}
 }
+
+// TestConn_BarrierCall_ChecksLessOftenAndStillSwitches: a call that waits
+// at a barrier (AttemptTimeout, as JoinGroup and SyncGroup send) checks the
+// leader barrierCheckFactor times less often than other calls, so that
+// every member parked in a large rebalance does not probe the cluster
+// several times a second; on a frozen leader it still moves to the new one.
+func TestConn_BarrierCall_ChecksLessOftenAndStillSwitches(t *testing.T) {
+	c := newFakeCluster(t)
+	old, follower, next := c.infoNode(), c.infoNode(), c.infoNode()
+	const every = 20 * time.Millisecond
+	conn := checkConn(t, every, old.addr, follower.addr, next.addr)
+	leaderOf(t, conn, old, follower, next)
+
+	old.freeze("CreateTopic")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "t", Partitions: 1}, AttemptTimeout(30*time.Second))
+		done <- err
+	}()
+	// time passes: twenty check intervals of an ordinary call, which
+	// would have asked the follower about twenty times by now.
+	time.Sleep(20 * every)
+	if n := follower.askedTimes(); n > 3 {
+		t.Fatalf("a barrier call asked the follower %d times in %v, want at most %v/(%d×%v)+1", n, 20*every, 20*every, barrierCheckFactor, every)
+	}
+	next.setLeader(next.addr)
+	follower.names(next.addr, 2)
+	if err := await(t, done); err != nil {
+		t.Fatal(err)
+	}
+	if calls := c.callsOf("CreateTopic"); len(calls) != 3 || calls[2].node != next.addr {
+		t.Fatalf("want the barrier call answered by the new leader: %v", calls)
+	}
+}
