@@ -162,8 +162,8 @@ func (s *State) usage() Usage {
 	}
 	for id, g := range s.groups {
 		u.MembersPerGroup = max(u.MembersPerGroup, int64(len(g.Members)))
-		u.MetadataBytesPerGroup = max(u.MetadataBytesPerGroup, g.size.metadata)
-		u.SubscribedPartitionsPerGroup = max(u.SubscribedPartitionsPerGroup, g.size.subscribed)
+		u.MetadataBytesPerGroup = max(u.MetadataBytesPerGroup, g.ix.size.metadata)
+		u.SubscribedPartitionsPerGroup = max(u.SubscribedPartitionsPerGroup, g.ix.size.subscribed)
 		u.OffsetsPerGroup = max(u.OffsetsPerGroup, int64(s.offsets.GroupLen(id)))
 	}
 	return u
@@ -239,8 +239,10 @@ func errOrNil(err *errcode.ProtocolError) error {
 // The state's size is estimated from what commands put in it: the bytes of
 // every string and byte slice, plus a fixed overhead per map entry and
 // struct that stands for Go's own bookkeeping. The estimate is kept
-// incrementally (per group, cached when a command changes the group; by
-// the offset table; per topic and node), so checking it costs nothing.
+// incrementally (per group, by each member's contribution as members
+// change (index.go), summed into the state's when a command that changed
+// the group ends; by the offset table; per topic and node), so checking it
+// costs nothing.
 // BenchmarkStateHeap compares it with the live heap for the shapes that
 // fill it (0.8 to 1.2 heap bytes per estimated byte). The estimate decides
 // refusals in apply: changing a constant here changes replicated outcomes,
@@ -254,7 +256,7 @@ const (
 	itemOverhead   = 16 // a protocol, a subscribed topic, a topic of an assignment
 )
 
-// groupSize is a group's cached size figures.
+// groupSize is a group's size figures.
 type groupSize struct {
 	bytes      int64 // the group's share of StateBytes
 	metadata   int64 // what MetadataBytesPerGroup counts
@@ -283,43 +285,41 @@ func assignmentBytes(a Assignment) int64 {
 
 // memberBytes is one member's share of StateBytes.
 func memberBytes(m *Member) int64 {
-	return memberOverhead + memberMetadataBytes(m) + int64(itemOverhead*(len(m.Protocols)+len(m.Topics))) +
-		assignmentBytes(m.Assignment) + assignmentBytes(m.PreviousAssignment)
+	return memberSpecBytes(m) + assignmentBytes(m.Assignment) + assignmentBytes(m.PreviousAssignment)
 }
 
-// measure computes g's size figures.
-func (s *State) measure(g *Group) groupSize {
-	// The chosen protocol and the leader's ID name strings counted with the
-	// members.
-	z := groupSize{bytes: groupBytes(g.ID, g.ProtocolType)}
-	for _, m := range g.Members {
-		z.bytes += memberBytes(m)
-		z.metadata += memberMetadataBytes(m)
-	}
-	z.subscribed = s.subscribedPartitions(g, nil, nil)
-	return z
+// memberSpecBytes is the part of memberBytes that is what the member
+// states about itself.
+func memberSpecBytes(m *Member) int64 {
+	return memberOverhead + memberMetadataBytes(m) + int64(itemOverhead*(len(m.Protocols)+len(m.Topics)))
 }
+
+// A group's size (groupIndex.size) counts groupBytes, and memberBytes and
+// memberMetadataBytes of every member; the chosen protocol and the
+// leader's ID name strings counted with the members. Its subscribed
+// partitions are those of the distinct topics its members subscribe to.
 
 // subscribedPartitions is the partition count of the topics g's members
-// subscribe to, with member skip left out and extra added.
-func (s *State) subscribedPartitions(g *Group, skip, extra *Member) int64 {
-	seen := map[string]bool{}
-	var n int64
-	count := func(m *Member) {
-		for _, t := range m.Topics {
-			if !seen[t] {
-				seen[t] = true
-				n += int64(s.topics[t])
+// subscribe to, with prev (a member of g, or nil) left out and m added:
+// the group's figure, less the topics only prev subscribes to, plus those
+// of m's that no other member does.
+func (s *State) subscribedPartitions(g *Group, prev, m *Member) int64 {
+	n := g.ix.size.subscribed
+	if prev != nil {
+		for _, t := range prev.Topics {
+			if count(&g.ix.topics, t) == 1 {
+				n -= int64(s.topics[t])
 			}
 		}
 	}
-	for _, m := range g.Members {
-		if m != skip {
-			count(m)
+	for _, t := range m.Topics {
+		c := count(&g.ix.topics, t)
+		if prev != nil && prev.Subscribes(t) {
+			c--
 		}
-	}
-	if extra != nil {
-		count(extra)
+		if c == 0 {
+			n += int64(s.topics[t])
+		}
 	}
 	return n
 }
@@ -339,7 +339,9 @@ func nodeBytes(n Node) int64 {
 	return int64(nodeOverhead + len(n.ID) + len(n.GRPCAddress) + len(n.RaftAddress))
 }
 
-// measureAll computes every size figure from scratch (after a restore).
+// measureAll computes every size figure, and every group's derived
+// figures, from scratch (after a restore: it changes the groups, so they
+// must be the state's own).
 func (s *State) measureAll() {
 	s.partitions, s.topicBytes, s.nodeBytes, s.groupBytes = 0, 0, 0, 0
 	for name, n := range s.topics {
@@ -350,33 +352,33 @@ func (s *State) measureAll() {
 		s.nodeBytes += nodeBytes(n)
 	}
 	for _, g := range s.groups {
-		g.size = s.measure(g)
-		s.groupBytes += g.size.bytes
+		g.reindex(s.topics)
+		g.counted = g.ix.size.bytes
+		s.groupBytes += g.counted
 	}
 }
 
 // touch records that the command being applied changed (or created) the
-// group: its cached size is recomputed when the command ends.
+// group: its size is added into the state's when the command ends.
 func (s *State) touch(g *Group) { s.touched = append(s.touched, g) }
 
 // dropGroup removes a group, and its share of the size estimate.
 func (s *State) dropGroup(id string) {
 	if g, ok := s.groups[id]; ok {
-		s.groupBytes -= g.size.bytes
+		s.groupBytes -= g.counted
 		delete(s.groups, id)
 	}
 }
 
-// settleSizes recomputes the cached sizes of the groups the command
-// changed, once, at its end.
+// settleSizes adds the size changes of the groups the command changed into
+// the state's, once, at its end.
 func (s *State) settleSizes() {
 	for _, g := range s.touched {
 		if cur, ok := s.groups[g.ID]; !ok || cur != g {
 			continue // removed, or replaced by a group settled on its own
 		}
-		z := s.measure(g)
-		s.groupBytes += z.bytes - g.size.bytes
-		g.size = z
+		s.groupBytes += g.ix.size.bytes - g.counted
+		g.counted = g.ix.size.bytes
 	}
 	s.touched = s.touched[:0]
 }
@@ -425,7 +427,7 @@ func (s *State) checkJoinGrowth(g *Group, exists bool, protocolType string, prev
 		meta -= memberMetadataBytes(prev)
 		grow += assignmentBytes(prev.Assignment) + assignmentBytes(prev.PreviousAssignment) - memberBytes(prev)
 	}
-	if err := s.overBudget("metadata-bytes-per-group", b.MetadataBytesPerGroup, g.size.metadata, meta, fmt.Sprintf("group %q's member metadata bytes", g.ID)); err != nil {
+	if err := s.overBudget("metadata-bytes-per-group", b.MetadataBytesPerGroup, g.ix.size.metadata, meta, fmt.Sprintf("group %q's member metadata bytes", g.ID)); err != nil {
 		return err
 	}
 	if prev == nil || !subset(m.Topics, prev.Topics) {

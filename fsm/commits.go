@@ -80,7 +80,7 @@ func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	if !exists {
-		g = &Group{ID: c.GetGroupId(), State: Empty, epoch: s.epoch, StateChangedMs: now}
+		g = newGroup(c.GetGroupId(), s.epoch, now)
 		s.groups[g.ID] = g
 		s.touch(g)
 	}

@@ -150,7 +150,7 @@ func stateDiff(a, b *FSM) string {
 // groupContent prints a group's replicated fields, members included.
 func groupContent(g *Group) string {
 	c := *g
-	c.epoch, c.size, c.Members = 0, groupSize{}, nil
+	c.epoch, c.ix, c.counted, c.Members = 0, groupIndex{}, 0, nil
 	out := fmt.Sprintf("%+v", c)
 	for _, m := range g.Members {
 		mc := *m

@@ -91,7 +91,7 @@ func (s *State) admitJoin(now int64, c *fsmv1.JoinMember) (joinAdmission, *errco
 	}
 	g, exists := s.groups[c.GetGroupId()]
 	if !exists {
-		g = &Group{ID: c.GetGroupId(), State: Empty, epoch: s.epoch, StateChangedMs: now}
+		g = newGroup(c.GetGroupId(), s.epoch, now)
 	}
 	a = joinAdmission{g: g, exists: exists, m: m}
 	a.old, a.known, a.replaced, perr = identifyCaller(g, m, c.GetNewMember())
@@ -127,7 +127,7 @@ func (s *State) joinMember(now int64, c *fsmv1.JoinMember) *ApplyResult {
 		// assigns (a leader, or the FSM for "server"): rebalance.
 		s.prepareRebalance(now, g)
 	}
-	g.ProtocolType = c.GetProtocolType()
+	g.setProtocolType(c.GetProtocolType())
 	res := &ApplyResult{Group: g}
 
 	switch {
@@ -202,14 +202,7 @@ func identifyCaller(g *Group, m *Member, newMember bool) (old *Member, known boo
 // (ignoring m itself and replaced): the same protocol type and at least one
 // protocol they all support. A member alone in its group may change both.
 func checkCompatible(g *Group, m, replaced *Member, protocolType string) *errcode.ProtocolError {
-	others := 0
-	for _, o := range g.Members {
-		if o.ID == m.ID || (replaced != nil && o.ID == replaced.ID) {
-			continue
-		}
-		others++
-	}
-	if others == 0 {
+	if others, _ := otherMembers(g, m, replaced); others == 0 {
 		return nil
 	}
 	if g.ProtocolType != protocolType {
@@ -222,39 +215,69 @@ func checkCompatible(g *Group, m, replaced *Member, protocolType string) *errcod
 }
 
 // commonProtocols lists, in m's order of preference, the protocols that m
-// and every other member (ignoring replaced) support.
+// and every other member (ignoring replaced) support: those whose support
+// count, less m's earlier self and replaced, is the number of the others.
 func commonProtocols(g *Group, m, replaced *Member) []string {
+	others, skip := otherMembers(g, m, replaced)
 	var out []string
 	for _, p := range m.Protocols {
-		ok := true
-		for _, o := range g.Members {
-			if o.ID == m.ID || (replaced != nil && o.ID == replaced.ID) {
-				continue
-			}
-			if !o.Supports(p.Name) {
-				ok = false
-				break
+		n := count(&g.ix.protocols, p.Name)
+		for _, o := range skip {
+			if o.Supports(p.Name) {
+				n--
 			}
 		}
-		if ok {
+		if n == others {
 			out = append(out, p.Name)
 		}
 	}
 	return out
 }
 
+// otherMembers counts g's members other than m and replaced (by ID), and
+// returns those two as g holds them, when it does.
+func otherMembers(g *Group, m, replaced *Member) (others int, skip []*Member) {
+	others = len(g.Members)
+	if self, ok := g.Member(m.ID); ok {
+		others--
+		skip = append(skip, self)
+	}
+	if replaced != nil && replaced.ID != m.ID {
+		if r, ok := g.Member(replaced.ID); ok {
+			others--
+			skip = append(skip, r)
+		}
+	}
+	return others, skip
+}
+
 func (s *State) addMember(g *Group, m *Member) {
-	g.insertMember(m)
+	g.insertMember(s.topics, m)
 	s.members++
 }
 
 // updateMember takes the member's new self-description, keeping its
-// round and assignment bookkeeping.
+// round and assignment bookkeeping (and its instance ID, which a member
+// never changes).
 func (s *State) updateMember(g *Group, old, m *Member) {
 	cur, _ := g.editMemberByID(old.ID)
+	// A rejoin that names the same protocols, topics and timeout changes
+	// no count, only (with new metadata or client fields) the sizes.
+	counts := cur.RebalanceTimeoutMs != m.RebalanceTimeoutMs || !slices.Equal(cur.Topics, m.Topics) ||
+		!slices.EqualFunc(cur.Protocols, m.Protocols, func(x, y Protocol) bool { return x.Name == y.Name })
+	if counts {
+		g.countSpec(s.topics, cur, -1)
+	} else {
+		g.countSpecBytes(cur, -1)
+	}
 	cur.ClientID, cur.ClientHost = m.ClientID, m.ClientHost
 	cur.SessionTimeoutMs, cur.RebalanceTimeoutMs = m.SessionTimeoutMs, m.RebalanceTimeoutMs
 	cur.Protocols, cur.Topics = m.Protocols, m.Topics
+	if counts {
+		g.countSpec(s.topics, cur, 1)
+	} else {
+		g.countSpecBytes(cur, 1)
+	}
 }
 
 func (s *State) markJoined(now int64, g *Group, id string) {
@@ -264,6 +287,7 @@ func (s *State) markJoined(now int64, g *Group, id string) {
 	m, _ := g.editMemberByID(id)
 	g.NextJoinSeq++
 	m.Joined, m.JoinSeq, m.JoinedAtMs = true, g.NextJoinSeq, now
+	g.ix.joined++
 }
 
 // replaceStatic swaps a static member's old ID for its new one (KIP-345):
@@ -274,8 +298,8 @@ func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyRes
 	prev, _ := g.Member(old.ID)
 	m.Assignment, m.Joined, m.JoinSeq, m.JoinedAtMs = prev.Assignment, prev.Joined, prev.JoinSeq, prev.JoinedAtMs
 	m.PreviousAssignment = prev.PreviousAssignment
-	g.removeMember(old.ID)
-	g.insertMember(m)
+	g.removeMembers(s.topics, old.ID)
+	g.insertMember(s.topics, m)
 	if g.LeaderID == old.ID {
 		g.LeaderID = m.ID
 	}
@@ -313,6 +337,7 @@ func (s *State) prepareRebalance(now int64, g *Group) {
 			m.Joined, m.JoinSeq = false, 0
 		}
 	}
+	g.ix.joined = 0
 }
 
 // maybeCompleteJoin closes the barrier when every member has joined and no
@@ -358,6 +383,7 @@ func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
 		if m.Joined || m.InstanceID != "" {
 			kept = append(kept, m)
 		} else {
+			g.countMember(s.topics, m, -1)
 			s.members--
 		}
 	}
@@ -367,10 +393,12 @@ func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
 	g.StateChangedMs = now
 	for i := range g.Members {
 		m := g.editMember(i)
+		g.countAssignments(m, -1)
 		if s.rules >= 2 {
 			m.PreviousAssignment = m.Assignment
 		}
 		m.Assignment = Assignment{}
+		g.countAssignments(m, 1)
 	}
 	if len(g.Members) == 0 {
 		g.State, g.LeaderID, g.Protocol = Empty, "", ""
@@ -436,6 +464,7 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 	g, exists := s.groups[c.GetGroupId()]
 	res := &ApplyResult{Members: make([]MemberResult, len(c.GetMembers()))}
 	doomed := map[string]bool{}
+	var ids []string // doomed, in the command's order
 	for i, ref := range c.GetMembers() {
 		r := MemberResult{MemberID: ref.GetMemberId(), InstanceID: ref.GetInstanceId()}
 		r.Err = checkRemove(g, exists, ref)
@@ -446,7 +475,10 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 				id = m.ID
 				r.MemberID = id
 			}
-			doomed[id] = true
+			if !doomed[id] {
+				doomed[id] = true
+				ids = append(ids, id)
+			}
 		}
 		res.Members[i] = r
 	}
@@ -454,10 +486,9 @@ func (s *State) removeMembers(now int64, c *fsmv1.RemoveMembers) *ApplyResult {
 		res.Group = g
 		return res
 	}
-	// One pass over the members, whatever the number removed.
 	g, _ = s.mutableGroup(g.ID)
-	g.Members = slices.DeleteFunc(g.Members, func(m *Member) bool { return doomed[m.ID] })
-	s.members -= len(doomed)
+	g.removeMembers(s.topics, ids...)
+	s.members -= len(ids)
 	s.afterRemoval(now, g, res)
 	res.Group = g
 	return res

@@ -140,7 +140,7 @@ func (s *State) assignServerSide(now int64, g *Group, prev map[string]Assignment
 		}
 	}
 	for i, m := range g.Members {
-		g.editMember(i).Assignment = plan[m.ID]
+		g.setAssignment(i, plan[m.ID])
 	}
 	g.State = Stable
 	g.StateChangedMs = now

@@ -251,6 +251,19 @@ func groupFromProto(pg *fsmv1.Group) (*Group, error) {
 		}
 		g.Members = append(g.Members, m)
 	}
+	// The FSM gives an instance ID to one member at a time (a second is
+	// fenced, or replaces the first); the index of static members
+	// (MemberByInstance) holds one member per instance.
+	static := map[string]string{}
+	for _, m := range g.Members {
+		if m.InstanceID == "" {
+			continue
+		}
+		if other, dup := static[m.InstanceID]; dup {
+			return nil, fmt.Errorf("group %q: members %q and %q have the same instance_id %q", g.ID, other, m.ID, m.InstanceID)
+		}
+		static[m.InstanceID] = m.ID
+	}
 	return g, nil
 }
 

@@ -152,8 +152,11 @@ type Group struct {
 	NextJoinSeq    int64
 
 	epoch uint64
-	// size is cached at the end of every command that changed the group.
-	size groupSize
+	// ix holds the figures derived from the members (index.go).
+	ix groupIndex
+	// counted is the group's size as State.groupBytes counts it: ix's
+	// figure when the last command that changed the group ended.
+	counted int64
 }
 
 // Member returns the member with the given ID.
@@ -170,12 +173,11 @@ func (g *Group) MemberByInstance(instanceID string) (*Member, bool) {
 	if instanceID == "" {
 		return nil, false
 	}
-	for _, m := range g.Members {
-		if m.InstanceID == instanceID {
-			return m, true
-		}
+	id, ok := g.ix.instances.get(instanceID)
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	return g.Member(id)
 }
 
 func (g *Group) memberIndex(id string) (int, bool) {
@@ -187,21 +189,13 @@ func (g *Group) memberIndex(id string) (int, bool) {
 // RebalanceTimeoutMs is the largest rebalance timeout of the members: how long
 // the join barrier waits.
 func (g *Group) RebalanceTimeoutMs() int64 {
-	var t int32
-	for _, m := range g.Members {
-		t = max(t, m.RebalanceTimeoutMs)
-	}
-	return int64(t)
+	last, _ := g.ix.timeouts.last()
+	return int64(last.key)
 }
 
 // AllJoined reports whether every member has joined the current round.
 func (g *Group) AllJoined() bool {
-	for _, m := range g.Members {
-		if !m.Joined {
-			return false
-		}
-	}
-	return true
+	return g.ix.joined == len(g.Members)
 }
 
 // JoinOrder returns the members in the order they joined the current round;
@@ -224,11 +218,13 @@ func (g *Group) JoinOrder() []*Member {
 
 // clone copies the group for changing. Members are shared: the copy
 // replaces a member with its own copy only when it changes one (editMember),
-// so a join into a 1,000-member group copies one member, not 1,000.
+// so a join into a 1,000-member group copies one member, not 1,000. The
+// slice of members is copied (a pointer per member), with room for the
+// member a join adds.
 func (g *Group) clone(epoch uint64) *Group {
 	c := *g
 	c.epoch = epoch
-	c.Members = slices.Clone(g.Members)
+	c.Members = append(make([]*Member, 0, len(g.Members)+1), g.Members...)
 	return &c
 }
 
@@ -251,15 +247,42 @@ func (g *Group) editMemberByID(id string) (*Member, bool) {
 	return g.editMember(i), true
 }
 
-func (g *Group) insertMember(m *Member) {
+// insertMember adds m, a new member (topics: the state's partition count
+// per topic).
+func (g *Group) insertMember(topics map[string]int32, m *Member) {
 	i, _ := g.memberIndex(m.ID)
 	g.Members = slices.Insert(g.Members, i, m)
+	g.countMember(topics, m, 1)
 }
 
-func (g *Group) removeMember(id string) {
-	if i, ok := g.memberIndex(id); ok {
-		g.Members = slices.Delete(g.Members, i, i+1)
+// removeMembers removes the members with the given IDs; IDs of no member
+// are ignored.
+func (g *Group) removeMembers(topics map[string]int32, ids ...string) {
+	at := make([]int, 0, len(ids))
+	for _, id := range ids {
+		if i, ok := g.memberIndex(id); ok {
+			at = append(at, i)
+		}
 	}
+	if len(at) == 0 {
+		return
+	}
+	slices.Sort(at)
+	at = slices.Compact(at)
+	for _, i := range at {
+		g.countMember(topics, g.Members[i], -1)
+	}
+	// Close the gaps in one pass from the first one.
+	w := at[0]
+	for k, i := range at {
+		end := len(g.Members)
+		if k+1 < len(at) {
+			end = at[k+1]
+		}
+		w += copy(g.Members[w:], g.Members[i+1:end])
+	}
+	clear(g.Members[w:])
+	g.Members = g.Members[:w]
 }
 
 // Node is one entry of the node registry: a Raft server and the gRPC address

@@ -40,7 +40,7 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 	}
 	g, _ = s.mutableGroup(g.ID)
 	for i, m := range g.Members {
-		g.editMember(i).Assignment = plan[m.ID]
+		g.setAssignment(i, plan[m.ID])
 	}
 	g.State = Stable
 	g.StateChangedMs = now

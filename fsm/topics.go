@@ -37,9 +37,7 @@ func (s *State) createTopic(now int64, c *fsmv1.CreateTopic) *ApplyResult {
 	// changes what their group has to assign, as adding partitions does.
 	// Commands written before this rule (version 0) left the groups as
 	// they were, and replay so.
-	if s.rules >= 1 {
-		s.rebalanceSubscribers(now, c.GetName())
-	}
+	s.topicResized(now, c.GetName(), 0, c.GetPartitions(), s.rules >= 1)
 	return &ApplyResult{}
 }
 
@@ -52,7 +50,7 @@ func (s *State) deleteTopic(now int64, c *fsmv1.DeleteTopic) *ApplyResult {
 	s.partitions -= int64(n)
 	s.topicBytes -= topicBytes(c.GetName())
 	s.offsets.DeleteTopic(c.GetName())
-	s.rebalanceSubscribers(now, c.GetName())
+	s.topicResized(now, c.GetName(), n, 0, true)
 	return &ApplyResult{}
 }
 
@@ -79,23 +77,24 @@ func (s *State) addPartitions(now int64, c *fsmv1.AddPartitions) *ApplyResult {
 	n := s.topics[c.GetName()]
 	s.topics[c.GetName()] = c.GetPartitions()
 	s.partitions += int64(c.GetPartitions() - n)
-	s.rebalanceSubscribers(now, c.GetName())
+	s.topicResized(now, c.GetName(), n, c.GetPartitions(), true)
 	return &ApplyResult{}
 }
 
-// rebalanceSubscribers starts a rebalance in every settled group with a
-// member subscribed to topic, whose partitions just changed.
-func (s *State) rebalanceSubscribers(now int64, topic string) {
+// topicResized follows topic's partition count going from old to n (0:
+// the topic does not exist) in every group with a member subscribed to
+// it: its subscribed partitions change, and (rebalance) a settled group
+// rebalances, since its plan no longer fits.
+func (s *State) topicResized(now int64, topic string, old, n int32, rebalance bool) {
 	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
-		g := s.groups[id]
-		if g.State != Stable && g.State != CompletingRebalance {
+		if count(&s.groups[id].ix.topics, topic) == 0 {
 			continue
 		}
-		if !slices.ContainsFunc(g.Members, func(m *Member) bool { return m.Subscribes(topic) }) {
-			continue
+		g, _ := s.mutableGroup(id)
+		g.ix.size.subscribed += int64(n) - int64(old)
+		if rebalance && (g.State == Stable || g.State == CompletingRebalance) {
+			s.prepareRebalance(now, g)
 		}
-		g, _ = s.mutableGroup(id)
-		s.prepareRebalance(now, g)
 	}
 }
 
