@@ -404,9 +404,10 @@ func TestConn_BarrierCall_ChecksLessOftenAndStillSwitches(t *testing.T) {
 		_, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "t", Partitions: 1}, AttemptTimeout(30*time.Second))
 		done <- err
 	}()
-	// time passes: twenty check intervals of an ordinary call, which
-	// would have asked the follower about twenty times by now.
-	time.Sleep(20 * every)
+	// An ordinary call would have asked the follower about twenty times by
+	// the end of this wait.
+	time.Sleep(20 * every) // time passes: twenty check intervals of an ordinary call
+
 	if n := follower.askedTimes(); n > 3 {
 		t.Fatalf("a barrier call asked the follower %d times in %v, want at most %v/(%d×%v)+1", n, 20*every, 20*every, barrierCheckFactor, every)
 	}
