@@ -391,6 +391,7 @@ func (e *Engine) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) 
 
 // OffsetCommit commits offsets through Raft, fenced by the FSM.
 func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitRequest) (*cohortv1.OffsetCommitResponse, error) {
+	start := time.Now()
 	if err := e.cfg.Limits.validateCommit(r); err != nil {
 		return nil, err
 	}
@@ -401,7 +402,7 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 	for _, o := range r.GetOffsets() {
 		cmd.Offsets = append(cmd.Offsets, &fsmv1.OffsetCommit{Topic: o.GetTopic(), Partition: o.GetPartition(), Offset: o.GetOffset(), Metadata: o.GetMetadata()})
 	}
-	res, err := e.commitAdmitted(ctx, cmd)
+	res, err := e.commitAdmitted(ctx, cmd, start)
 	if err != nil {
 		return nil, err
 	}
@@ -422,6 +423,7 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 	if r.GetMemberId() != "" && res.Group != nil {
 		e.refresh(res.Group, r.GetMemberId()) // a committing member is alive
 	}
+	e.m.commitStages.WithLabelValues(stageEngine).Observe(time.Since(start).Seconds())
 	return resp, nil
 }
 
@@ -429,9 +431,10 @@ func (e *Engine) OffsetCommit(ctx context.Context, r *cohortv1.OffsetCommitReque
 // offsets it would accept: a commit refused as a whole, and every refused
 // partition, is answered without reaching the log. The result has one
 // partition outcome per offset of cmd, in order.
-func (e *Engine) commitAdmitted(ctx context.Context, cmd *fsmv1.CommitOffsets) (*fsm.ApplyResult, error) {
+func (e *Engine) commitAdmitted(ctx context.Context, cmd *fsmv1.CommitOffsets, start time.Time) (*fsm.ApplyResult, error) {
 	full := &fsmv1.Command{Kind: &fsmv1.Command_CommitOffsets{CommitOffsets: cmd}}
 	pre := e.fsm.Admit(full)
+	e.m.commitStages.WithLabelValues(stageAdmit).Observe(time.Since(start).Seconds())
 	if pre.Err != nil {
 		e.m.refusedBeforeLog.Inc()
 		return pre, nil

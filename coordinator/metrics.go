@@ -15,6 +15,7 @@ type metrics struct {
 	fencedCommits    *prometheus.CounterVec
 	parked           *prometheus.GaugeVec
 	watches          prometheus.Gauge
+	commitStages     *prometheus.HistogramVec
 	syncExpirations  prometheus.Counter
 	refusedPlans     prometheus.Counter
 	commitBatch      prometheus.Histogram
@@ -61,6 +62,13 @@ func newMetrics() *metrics {
 			Namespace: "cohort", Subsystem: "group", Name: "parked_calls",
 			Help: "JoinGroup and SyncGroup calls waiting at a barrier.",
 		}, []string{"kind"}),
+		commitStages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "cohort", Subsystem: "group", Name: "commit_stage_seconds",
+			Help: "Where an accepted offset commit's time goes on the leader, by stage: admit (checks and the FSM's admission), " +
+				"queue (waiting for a proposer), replicate (its entry's Raft apply: replication, fsync, FSM), " +
+				"wake (from the result to its caller running again), engine (the whole engine call).",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 18),
+		}, []string{"stage"}),
 		watches: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "cohort", Subsystem: "group", Name: "watches",
 			Help: "Members watching their group (WatchGroup) on this leader, to hear of a rebalance at once.",
@@ -116,6 +124,15 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 // Collectors returns the engine's metrics for registration.
 func (e *Engine) Collectors() []prometheus.Collector {
 	m := e.m
-	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.watches, m.syncExpirations, m.refusedPlans, m.commitBatch,
+	return []prometheus.Collector{m.heartbeats, m.expirations, m.rebalances, m.rebalanceSeconds, m.joinLatency, m.fencedCommits, m.parked, m.watches, m.commitStages, m.syncExpirations, m.refusedPlans, m.commitBatch,
 		m.refusedBeforeLog, newBudgetCollector(e)}
 }
+
+// The stages of cohort_group_commit_stage_seconds.
+const (
+	stageAdmit     = "admit"
+	stageQueue     = "queue"
+	stageReplicate = "replicate"
+	stageWake      = "wake"
+	stageEngine    = "engine"
+)

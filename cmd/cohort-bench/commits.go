@@ -153,6 +153,10 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 	withFloor := o.floor && f != nil
 	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "raw CPU/op", "client ops/s", "p50", "p99", "max", "CPU/op", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
 	lim := limit{ops: o.ops, dur: o.duration}
+	// Where the client's commits spend their time, from the in-process
+	// leader's stage histograms (the engine's parts of a commit) and the
+	// client's mean: what is left over is the client and gRPC.
+	var stageRows [][]string
 	for _, c := range concs {
 		var raw loadResult
 		if withRaw {
@@ -160,7 +164,21 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 				return err
 			}
 		}
+		var before commitStages
+		leader := t.leaderServer()
+		if leader != nil {
+			if before, err = readCommitStages(leader); err != nil {
+				return err
+			}
+		}
 		r := runLoad(ctx, c, lim, commit)
+		if leader != nil {
+			after, err := readCommitStages(leader)
+			if err != nil {
+				return err
+			}
+			stageRows = append(stageRows, stageRow(c, r, raw, after.meanSince(before)))
+		}
 		floor := "-"
 		if withFloor {
 			hb := runLoad(ctx, c, lim, heartbeatOp(f))
@@ -177,6 +195,14 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 		}
 	}
 	tb.flush()
+	if len(stageRows) > 0 {
+		fmt.Fprintf(out, "where a commit's time goes (means in µs; the leader's commit_stage_seconds; client+gRPC is the client's mean less the engine's)\n")
+		st := newTable(out, "C", "client mean", "client+gRPC", "admit", "queue", "replicate", "wake", "engine", "raw apply mean")
+		for _, row := range stageRows {
+			st.row(row...)
+		}
+		st.flush()
+	}
 	if f != nil {
 		changed := 0
 		for _, m := range f.members {
@@ -269,4 +295,25 @@ func commitLoad(ctx context.Context, g *globalOptions, t *target, o commitOption
 		return fail(fmt.Errorf("--mode %q: want member or conn", o.mode))
 	}
 	return commit, f, closeLoad, nil
+}
+
+// stageRow is one concurrency's row of the stage table.
+func stageRow(c int, r, raw loadResult, means map[string]float64) []string {
+	cell := func(name string) string {
+		v, ok := means[name]
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", v)
+	}
+	clientMean := float64(r.mean.Microseconds())
+	rest := "-"
+	if e, ok := means["engine"]; ok {
+		rest = fmt.Sprintf("%.0f", clientMean-e)
+	}
+	rawMean := "-"
+	if raw.ops > 0 {
+		rawMean = fmt.Sprintf("%d", raw.mean.Microseconds())
+	}
+	return []string{fmt.Sprint(c), fmt.Sprintf("%.0f", clientMean), rest, cell("admit"), cell("queue"), cell("replicate"), cell("wake"), cell("engine"), rawMean}
 }

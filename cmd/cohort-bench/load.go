@@ -30,6 +30,7 @@ type loadResult struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	max      time.Duration
+	mean     time.Duration
 	// cpu is this process's CPU time (user+system) during the phase: with
 	// the in-process cluster, the nodes' and the load generator's work. On
 	// a shared machine CPU per operation varies far less than throughput.
@@ -113,6 +114,13 @@ func runLoad(ctx context.Context, conc int, lim limit, op func(ctx context.Conte
 	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: processCPU() - cpu0}
 	all := slices.Concat(lat...)
 	r.ops = len(all)
+	var sum time.Duration
+	for _, d := range all {
+		sum += d
+	}
+	if len(all) > 0 {
+		r.mean = sum / time.Duration(len(all))
+	}
 	r.p50, r.p99, r.max = percentiles(all)
 	return r
 }
