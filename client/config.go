@@ -108,7 +108,7 @@ type Config struct {
 
 	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
 	// (with jitter) between retries of a retryable failure. Defaults 50 ms
-	// and 2 s.
+	// and 250 ms (DefaultRetryBackoffMax says why).
 	RetryBackoffMin time.Duration
 	RetryBackoffMax time.Duration
 	// RequestTimeout bounds one attempt of a request that does not wait at

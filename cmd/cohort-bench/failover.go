@@ -87,7 +87,7 @@ node restarts.
 	f.DurationVar(&pause, "pause", 3*time.Second, "how long --mode pause keeps the leader stopped")
 	f.IntVar(&members, "members", 5, "members of the group")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout (heartbeat every third of it)")
-	f.DurationVar(&backoffMax, "client-retry-backoff-max", 0, "members' client.Config.RetryBackoffMax (0: the client's default, 2s)")
+	f.DurationVar(&backoffMax, "client-retry-backoff-max", 0, "members' client.Config.RetryBackoffMax (0: the client's default, 250ms)")
 	return cmd
 }
 
@@ -168,7 +168,7 @@ func (o failoverOptions) backoffName() string {
 	if o.backoffMax > 0 {
 		return o.backoffMax.String()
 	}
-	return "client default 2s"
+	return "client default " + client.DefaultRetryBackoffMax.String()
 }
 
 // failoverRig is what a failover measurement runs on one cluster: the

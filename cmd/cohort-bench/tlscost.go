@@ -101,7 +101,7 @@ Without --timeout the run is bounded by 1 h.`,
 	f.IntVar(&o.kills, "kills", 10, "failover rounds per mode on each cluster")
 	f.IntVar(&o.failoverMembers, "failover-members", 5, "members of the failover group")
 	f.DurationVar(&o.session, "session-timeout", 10*time.Second, "failover members' session timeout")
-	f.DurationVar(&o.backoffMax, "client-retry-backoff-max", 200*time.Millisecond, "failover members' client.Config.RetryBackoffMax (0: the client's default, 2s)")
+	f.DurationVar(&o.backoffMax, "client-retry-backoff-max", 200*time.Millisecond, "failover members' client.Config.RetryBackoffMax (0: the client's default, 250ms)")
 	return cmd
 }
 
