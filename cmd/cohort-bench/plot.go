@@ -170,7 +170,8 @@ func drawPlot(o plotOptions) error {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = true, true // cost curves rise to the right
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4)
 	for i, n := range names {
 		line, points, err := plotter.NewLinePoints(curves[n])
 		if err != nil {
