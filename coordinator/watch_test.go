@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
@@ -20,7 +21,10 @@ type watchStream struct {
 // returns it after its first message, which it checks says want.
 func openWatch(t *testing.T, ctx context.Context, m *member, node int, want cohortv1.ErrorCode) *watchStream {
 	t.Helper()
-	sctx, cancel := context.WithCancel(ctx)
+	// Every watch of these tests ends or is checked within seconds: a
+	// message that never comes fails the test after 15 s, not the test's
+	// whole minute.
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	t.Cleanup(cancel)
 	stream, err := m.c.Groups(node).WatchGroup(sctx, &cohortv1.WatchGroupRequest{GroupId: m.group, Generation: m.generation, MemberId: m.id, InstanceId: m.instance})
 	if err != nil {
