@@ -65,6 +65,17 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./raftnode/
 	$(GO) test -run '^$$' -bench . ./assign/
 
+# The embedded etcd comparison target (bench/etcd, a module of its own so etcd
+# stays out of go.mod): Put on three etcd members at cohort-bench commits'
+# concurrencies, as a --json report beside docs/bench/commits.json. Not part of
+# test or CI. ETCD_BENCH_FLAGS passes flags (e.g. --duration 10s).
+ETCD_BENCH_FLAGS ?=
+.PHONY: bench-etcd
+bench-etcd:
+	cd bench/etcd && $(GO) build -o $(abspath $(BIN))/etcd-bench .
+	$(BIN)/etcd-bench --json $(ETCD_BENCH_FLAGS) > docs/bench/etcd.json.tmp || { rm -f docs/bench/etcd.json.tmp; exit 1; }
+	mv docs/bench/etcd.json.tmp docs/bench/etcd.json
+
 # Every fuzz target (fsm: log entries and snapshots; assign: the consumer
 # protocol decoders; rpc: one per gRPC method) for FUZZTIME each; the small
 # inputs that reached new code are kept in <pkg>/testdata/fuzz and replayed
