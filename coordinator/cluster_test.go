@@ -538,10 +538,10 @@ func TestCommit_ConcurrentCommitsCoalesceIntoFewerEntries(t *testing.T) {
 			t.Fatalf("concurrent commit: %v", err)
 		}
 	}
-	// Four proposers pipeline entries, and every commit that arrives while
-	// they are busy waits for the next entry: 200 commits in flight
-	// together take a handful of entries (5 to 8 here); one entry per
-	// commit, or batches of two or three, is not coalescing.
+	// Sixteen proposers pipeline entries, and every commit that arrives
+	// while they are busy waits for the next entry: 200 commits in flight
+	// together take 10 to 30 entries here; one entry per commit, or
+	// batches of two or three, is not coalescing.
 	entries := c.Nodes[leader].Node.LastIndex() - before
 	if entries > commits/4 {
 		t.Fatalf("%d concurrent commits took %d log entries; coalesced, they share at most %d", commits, entries, commits/4)

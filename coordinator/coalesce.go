@@ -16,17 +16,23 @@ import (
 // moment and propose them as one Batch entry (group commit). At low
 // concurrency a commit finds a free proposer and goes out alone at once, so
 // it pays no batching delay; under load the queue fills while entries are in
-// flight and each entry carries many commits.
+// flight and each entry carries many commits. Joins take the same path: when
+// a large group rebalances, every member rejoins within a round trip of
+// hearing of it (WatchGroup), and a burst of a thousand JoinMember entries
+// becomes a few Batch entries. The FSM applies a batch's commands in order,
+// each with its own result, exactly as it would apply them one by one.
 
 const (
 	// commitProposers is how many batches may be in flight at once, so Raft
 	// can pipeline entries instead of waiting a round trip between batches.
 	// With 4, a commit arriving while four entries replicated waited a
-	// whole Raft round in the queue: at 16 concurrent committers the client
-	// got 0.43× raw apply's rate; 32 gives 0.63–0.70× in the same run
-	// (cohort-bench commits, docs/benchmarks.md). Under load each entry
-	// still carries every commit queued when its proposer came free.
-	commitProposers = 32
+	// whole Raft round in the queue (cohort-bench commits' stage table,
+	// docs/benchmarks.md): at 16 concurrent committers the client got
+	// 0.43× raw apply's rate, 0.63–0.70× with 32 proposers. With 32, 200
+	// commits arriving together took 58 entries (batches of 3); with 16,
+	// 17. Under load each entry carries every commit queued when its
+	// proposer came free.
+	commitProposers = 16
 	// maxCommitBatch and maxCommitBatchBytes bound one entry (and so one
 	// apply's pause, and what every replica writes at once). A commit
 	// larger than the byte bound goes out alone.
@@ -64,7 +70,8 @@ func (c *committer) start() {
 	})
 }
 
-// submit proposes cmd (a CommitOffsets) in a batch and waits for its result.
+// submit proposes cmd (a CommitOffsets or a JoinMember) in a batch and
+// waits for its result.
 func (c *committer) submit(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
 	c.start()
 	req := &commitRequest{ctx: ctx, cmd: cmd, size: proto.Size(cmd), done: make(chan commitResult, 1), queued: time.Now()}
@@ -75,7 +82,7 @@ func (c *committer) submit(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyR
 	}
 	select {
 	case r := <-req.done:
-		if r.err == nil && !r.applied.IsZero() {
+		if _, commit := cmd.GetKind().(*fsmv1.Command_CommitOffsets); commit && r.err == nil && !r.applied.IsZero() {
 			st := c.e.m.commitStages
 			st.WithLabelValues(stageQueue).Observe(req.picked.Sub(req.queued).Seconds())
 			st.WithLabelValues(stageReplicate).Observe(r.applied.Sub(req.picked).Seconds())
@@ -161,6 +168,11 @@ func (c *committer) propose(batch []*commitRequest) {
 		b.Commands = append(b.Commands, r.cmd)
 	}
 	res, err := c.e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_Batch{Batch: b}})
+	if err == nil && hasMembershipChange(live) && c.e.isServing() {
+		// As propose does for a command alone: a join's caller acts on
+		// an engine in line with its entry (sessions, deadlines).
+		c.e.applied.awaitObserved(ctx, res.Index)
+	}
 	applied := time.Now()
 	for i, r := range live {
 		switch {
@@ -173,4 +185,14 @@ func (c *committer) propose(batch []*commitRequest) {
 		}
 	}
 	c.e.m.commitBatch.Observe(float64(len(live)))
+}
+
+// hasMembershipChange reports whether a batch carries more than commits.
+func hasMembershipChange(batch []*commitRequest) bool {
+	for _, r := range batch {
+		if _, commit := r.cmd.GetKind().(*fsmv1.Command_CommitOffsets); !commit {
+			return true
+		}
+	}
+	return false
 }

@@ -45,6 +45,11 @@ func (e *Engine) proposeAdmitted(ctx context.Context, cmd *fsmv1.Command) (*fsm.
 		e.m.refusedBeforeLog.Inc()
 		return &fsm.ApplyResult{Err: pre.Err}, nil
 	}
+	if cmd.GetJoinMember() != nil {
+		// Joins come in bursts (every member rejoins at once when told
+		// of a rebalance): they share entries as commits do.
+		return e.commits.submit(ctx, cmd)
+	}
 	return e.propose(ctx, cmd)
 }
 
