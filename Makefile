@@ -76,6 +76,20 @@ bench-etcd:
 	$(BIN)/etcd-bench --json $(ETCD_BENCH_FLAGS) > docs/bench/etcd.json.tmp || { rm -f docs/bench/etcd.json.tmp; exit 1; }
 	mv docs/bench/etcd.json.tmp docs/bench/etcd.json
 
+# The log store comparison (issue 14; bench/logstore, a module of its own so
+# raft-wal stays out of go.mod): Cohort's commit rate on a three-node
+# in-process cluster over a long run with frequent snapshots, on each store
+# of LOGSTORE_STORES in turn, one row per 10 s, as one --json report for
+# cohort-bench plot. Not part of test or CI: by default two 30-minute runs.
+# LOGSTORE_BENCH_FLAGS passes flags (e.g. --duration 5m).
+LOGSTORE_STORES ?= bolt,wal
+LOGSTORE_BENCH_FLAGS ?=
+.PHONY: bench-logstore
+bench-logstore:
+	cd bench/logstore && $(GO) build -o $(abspath $(BIN))/logstore-bench .
+	$(BIN)/logstore-bench --json --store $(LOGSTORE_STORES) $(LOGSTORE_BENCH_FLAGS) > docs/bench/logstore.json.tmp || { rm -f docs/bench/logstore.json.tmp; exit 1; }
+	mv docs/bench/logstore.json.tmp docs/bench/logstore.json
+
 # Every fuzz target (fsm: log entries and snapshots; assign: the consumer
 # protocol decoders; rpc: one per gRPC method) for FUZZTIME each; the small
 # inputs that reached new code are kept in <pkg>/testdata/fuzz and replayed
