@@ -146,11 +146,14 @@ func measureAll(ctx context.Context, o options, stores []string, out io.Writer) 
 	}
 	tb := newTable(out, 8, "store", "ops", "mean ops/s", "first third ops/s", "last third ops/s", "last/first", "snapshots")
 	for _, s := range summaries {
-		ratio := "-"
+		first, last, ratio := "-", "-", "-" // fewer than three samples: no thirds
+		if s.thirds {
+			first, last = perSec(s.first), perSec(s.last)
+		}
 		if s.first > 0 {
 			ratio = fmt.Sprintf("%.2f×", s.last/s.first)
 		}
-		tb.row(s.store, strconv.Itoa(s.ops), perSec(s.mean), perSec(s.first), perSec(s.last), ratio, strconv.FormatInt(s.snapshots, 10))
+		tb.row(s.store, strconv.Itoa(s.ops), perSec(s.mean), first, last, ratio, strconv.FormatInt(s.snapshots, 10))
 	}
 	return nil
 }
@@ -161,6 +164,7 @@ type summary struct {
 	store             string
 	ops               int
 	mean, first, last float64
+	thirds            bool // there were samples enough for first and last
 	snapshots         int64
 }
 
@@ -176,6 +180,7 @@ func summarise(store string, samples []sample, snapshots int64) summary {
 	}
 	third := len(samples) / 3
 	if third > 0 {
+		s.thirds = true
 		s.first = meanRate(samples[:third])
 		s.last = meanRate(samples[len(samples)-third:])
 	}

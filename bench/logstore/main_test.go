@@ -197,7 +197,7 @@ func TestSummarise_ThirdsByRate(t *testing.T) {
 		{ops: 60, length: s}, {ops: 40, length: s}, // last third: 100 in 2 s
 	}
 	got := summarise("x", samples, 3)
-	want := summary{store: "x", ops: 600, mean: 600.0 / 8, first: 100, last: 50, snapshots: 3}
+	want := summary{store: "x", ops: 600, mean: 600.0 / 8, first: 100, last: 50, thirds: true, snapshots: 3}
 	if got != want {
 		t.Errorf("summarise = %+v, want %+v", got, want)
 	}

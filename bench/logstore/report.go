@@ -93,7 +93,8 @@ func (t teeReport) Write(p []byte) (int, error) {
 }
 
 // table prints each row as it comes, right-aligned in columns as wide as
-// their headers (at least minWidth), so that a 30-minute run shows its
+// their headers (at least minWidth; a store column fits every store's
+// name), so that a 30-minute run shows its
 // progress; and, when written to a *jsonReport or a teeReport, adds the
 // rows to the report.
 type table struct {
@@ -120,7 +121,13 @@ func newTable(w io.Writer, minWidth int, header ...string) *table {
 		return t
 	}
 	for _, h := range header {
-		t.widths = append(t.widths, max(minWidth, utf8.RuneCountInString(h)))
+		w := max(minWidth, utf8.RuneCountInString(h))
+		if h == "store" {
+			for _, s := range storeNames {
+				w = max(w, len(s))
+			}
+		}
+		t.widths = append(t.widths, w)
 	}
 	t.text(header)
 	return t
