@@ -211,9 +211,12 @@ func TestRealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T) 
 	t.Cleanup(func() { _ = conn.Close() })
 	base := Config{
 		Endpoints: c.Addrs(), GroupID: topic, Topics: []string{topic}, ServerSideAssignor: "sticky",
-		// Old members heartbeat once a second, so the barrier a join opens
-		// stays open long enough to kill the leader inside it.
+		// Old members do not watch the group and heartbeat once a
+		// second, so the barrier a join opens stays open long enough to
+		// kill the leader inside it (watching, they rejoin within
+		// milliseconds and the round is over before the kill).
 		SessionTimeout: 8 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 15 * time.Second,
+		DisableWatch: true,
 	}
 	var members []*Member
 	start := func(i int) {

@@ -171,9 +171,7 @@ func TestMultiNode_IdleTimeout_KeepsReplicating(t *testing.T) {
 			break
 		}
 	}
-	if err := first.node.Raft().LeadershipTransferToServer(raft.ServerID(second.node.ID()), raft.ServerAddress(second.node.RaftAddress())).Error(); err != nil {
-		t.Fatalf("transfer leadership to %s: %v", second.node.ID(), err)
-	}
+	transferLeadership(t, c, first, second)
 	c.leader()
 	waitFor(t, 20*time.Second, "a follower to close a connection the first leader left idle", func() (bool, string) {
 		var closed uint64
@@ -186,13 +184,28 @@ func TestMultiNode_IdleTimeout_KeepsReplicating(t *testing.T) {
 	})
 	leader := c.leader()
 	if leader != first {
-		if err := leader.node.Raft().LeadershipTransferToServer(raft.ServerID(first.node.ID()), raft.ServerAddress(first.node.RaftAddress())).Error(); err != nil {
-			t.Fatalf("transfer leadership back to %s: %v", first.node.ID(), err)
-		}
+		transferLeadership(t, c, leader, first)
 	}
 	leader = c.leader()
 	for i := range 20 {
 		leader.apply(t, createTopic(fmt.Sprintf("after-%d", i), 1))
 	}
 	waitConverged(t, leader, c.nodes...)
+}
+
+// transferLeadership moves leadership from one node to another. A transfer
+// times out when the target does not win its election within the election
+// timeout (the short one of fastTimeouts, on a loaded machine); it is
+// asked again, from whichever node leads, up to five times.
+func transferLeadership(t *testing.T, c *testCluster, from, to *testNode) {
+	t.Helper()
+	var err error
+	for range 5 {
+		err = from.node.Raft().LeadershipTransferToServer(raft.ServerID(to.node.ID()), raft.ServerAddress(to.node.RaftAddress())).Error()
+		if c.leader() == to {
+			return
+		}
+		from = c.leader()
+	}
+	t.Fatalf("transfer leadership to %s: still %s after five tries (last: %v)", to.node.ID(), c.leader().node.ID(), err)
 }
