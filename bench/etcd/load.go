@@ -2,21 +2,16 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
+	"github.com/cohortlabs/cohort/bench/report"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
-// This file repeats cmd/cohort-bench/load.go's measurement (closed-loop
-// callers, latency of successful calls only, process CPU from getrusage,
-// the same percentile rule and cell formats) rather than importing it: that
-// is a main package of the root module, and this module must not depend on
-// the product's. Keep the two in step, or the curves stop being comparable.
+// The load loop mirrors cmd/cohort-bench/load.go's (closed-loop callers,
+// latency of successful calls only); the percentile rule, process CPU and
+// cell formats are bench/report's, shared with it, so the curves compare.
 
 // loadResult summarises one load phase.
 type loadResult struct {
@@ -48,15 +43,6 @@ func (r loadResult) cpuPerOp() time.Duration {
 	return r.cpu / time.Duration(r.ops)
 }
 
-// processCPU is the CPU time this process has used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // opTimeout bounds one operation, as cohort-bench's does.
 const opTimeout = 10 * time.Second
 
@@ -70,7 +56,7 @@ func runLoad(ctx context.Context, conc int, dur time.Duration, op func(ctx conte
 	var errMu sync.Mutex
 	var firstErr error
 	lat := make([][]time.Duration, conc)
-	cpu0 := processCPU()
+	cpu0 := report.ProcessCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range conc {
@@ -99,51 +85,12 @@ func runLoad(ctx context.Context, conc int, dur time.Duration, op func(ctx conte
 		})
 	}
 	wg.Wait()
-	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: processCPU() - cpu0}
+	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: report.ProcessCPU() - cpu0}
 	all := slices.Concat(lat...)
 	r.ops = len(all)
-	r.p50, r.p99, r.max = percentiles(all)
+	r.p50, r.p99, r.max = report.Percentiles(all)
 	return r
 }
 
-// percentiles returns p50, p99 and max of ds (which it sorts).
-func percentiles(ds []time.Duration) (p50, p99, maxD time.Duration) {
-	if len(ds) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(ds)
-	at := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
-	return at(0.50), at(0.99), ds[len(ds)-1]
-}
-
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
-}
-
-func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
-
-func perSec(v float64) string { return fmt.Sprintf("%.0f", v) }
-
-// loadLine describes the machine's load, recorded with every result.
-func loadLine() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load average unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "load average unknown"
-	}
-	return fmt.Sprintf("load average %s %s %s", f[0], f[1], f[2])
-}
-
-func errNote(r loadResult) string {
-	if r.errors == 0 {
-		return "0"
-	}
-	msg := fmt.Sprint(r.firstErr)
-	if len(msg) > 120 {
-		msg = msg[:120] + "…"
-	}
-	return fmt.Sprintf("%d (first: %s)", r.errors, msg)
-}
+// errNote is the phase's error count, with its first error.
+func (r loadResult) errNote() string { return report.ErrNote(r.errors, r.firstErr) }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"os"
 	"os/signal"
@@ -97,9 +98,9 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	if !o.json {
 		return measure(ctx, o, concs, stdout)
 	}
-	report := &jsonReport{Command: "etcd-bench", Started: time.Now().UTC()}
+	report := &report.Report{Command: "etcd-bench", Started: time.Now().UTC()}
 	err = measure(ctx, o, concs, report)
-	if werr := report.writeTo(stdout); err == nil {
+	if werr := report.Encode(stdout); err == nil {
 		err = werr
 	}
 	return err
@@ -107,7 +108,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 
 func measure(ctx context.Context, o options, concs []int, out io.Writer) error {
 	// The load before the cluster starts: what else the machine was doing.
-	load := loadLine()
+	load := report.LoadLine()
 	dir, err := os.MkdirTemp(o.dir, "etcd-bench-")
 	if err != nil {
 		return err
@@ -163,18 +164,18 @@ func measure(ctx context.Context, o options, concs []int, out io.Writer) error {
 		version.Version, o.clients, which, o.clients, members, load)
 	if o.warmup > 0 {
 		if r := runLoad(ctx, slices.Max(concs), o.warmup, put); r.ops == 0 {
-			return fmt.Errorf("warm-up: no Put succeeded: %s", errNote(r))
+			return fmt.Errorf("warm-up: no Put succeeded: %s", r.errNote())
 		}
 	}
-	tb := newTable(out, "C", "etcd ops/s", "etcd p50", "etcd p99", "etcd max", "etcd CPU/op", "etcd errors")
+	tb := report.NewTable(out, "C", "etcd ops/s", "etcd p50", "etcd p99", "etcd max", "etcd CPU/op", "etcd errors")
 	for _, conc := range concs {
 		r := runLoad(ctx, conc, o.duration, put)
 		if ctx.Err() != nil {
 			break
 		}
-		tb.row(strconv.Itoa(conc), perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), us(r.cpuPerOp()), errNote(r))
+		tb.Row(strconv.Itoa(conc), report.PerSec(r.rate()), report.MS(r.p50), report.MS(r.p99), report.MS(r.max), report.US(r.cpuPerOp()), r.errNote())
 	}
-	tb.flush()
+	tb.Flush()
 	return ctx.Err()
 }
 

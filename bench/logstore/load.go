@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
-	"strings"
+	"github.com/cohortlabs/cohort/bench/report"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,7 +109,7 @@ func runIntervals(ctx context.Context, conc int, dur, interval time.Duration, op
 
 	start := time.Now()
 	end := start.Add(dur)
-	last, cpuLast := start, processCPU()
+	last, cpuLast := start, report.ProcessCPU()
 	var all []time.Duration
 	for k := 1; ; k++ {
 		boundary := start.Add(time.Duration(k) * interval)
@@ -127,7 +125,7 @@ func runIntervals(ctx context.Context, conc int, dur, interval time.Duration, op
 		if ctx.Err() != nil {
 			break
 		}
-		now, cpu := time.Now(), processCPU()
+		now, cpu := time.Now(), report.ProcessCPU()
 		all = all[:0]
 		for _, cl := range callers {
 			cl.mu.Lock()
@@ -139,7 +137,7 @@ func runIntervals(ctx context.Context, conc int, dur, interval time.Duration, op
 		s := sample{elapsed: now.Sub(start), length: now.Sub(last), ops: len(all), cpu: cpu - cpuLast, errors: errs, firstErr: firstErr}
 		errs, firstErr = 0, nil
 		errMu.Unlock()
-		s.p50, s.p99, s.max = percentiles(all)
+		s.p50, s.p99, s.max = report.Percentiles(all)
 		last, cpuLast = now, cpu
 		onSample(s)
 		if !boundary.Before(end) {
@@ -150,56 +148,8 @@ func runIntervals(ctx context.Context, conc int, dur, interval time.Duration, op
 	wg.Wait()
 }
 
-// percentiles returns p50, p99 and max of ds (which it sorts).
-func percentiles(ds []time.Duration) (p50, p99, maxD time.Duration) {
-	if len(ds) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(ds)
-	at := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
-	return at(0.50), at(0.99), ds[len(ds)-1]
-}
-
-// processCPU is the CPU time this process has used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
-}
-
-func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
-
-func perSec(v float64) string { return fmt.Sprintf("%.0f", v) }
-
-// loadLine describes the machine's load, recorded with every result.
-func loadLine() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load average unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "load average unknown"
-	}
-	return fmt.Sprintf("load average %s %s %s", f[0], f[1], f[2])
-}
-
-func errNote(s sample) string {
-	if s.errors == 0 {
-		return "0"
-	}
-	msg := fmt.Sprint(s.firstErr)
-	if len(msg) > 120 {
-		msg = msg[:120] + "…"
-	}
-	return fmt.Sprintf("%d (first: %s)", s.errors, msg)
-}
+// errNote is the interval's error count, with its first error.
+func (s sample) errNote() string { return report.ErrNote(s.errors, s.firstErr) }
 
 // fsType names the file system holding dir: a log store on tmpfs has no
 // fsync cost, and its figures say nothing about a disk.

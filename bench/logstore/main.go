@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"os"
 	"os/signal"
@@ -127,9 +128,9 @@ func run(ctx context.Context, o options, stdout, progress io.Writer) error {
 	if !o.json {
 		return measureAll(ctx, o, stores, stdout)
 	}
-	report := &jsonReport{Command: "logstore-bench", Started: time.Now().UTC()}
+	report := &report.Report{Command: "logstore-bench", Started: time.Now().UTC()}
 	err = measureAll(ctx, o, stores, teeReport{report: report, progress: progress})
-	if werr := report.writeTo(stdout); err == nil {
+	if werr := report.Encode(stdout); err == nil {
 		err = werr
 	}
 	return err
@@ -148,12 +149,12 @@ func measureAll(ctx context.Context, o options, stores []string, out io.Writer) 
 	for _, s := range summaries {
 		first, last, ratio := "-", "-", "-" // fewer than three samples: no thirds
 		if s.thirds {
-			first, last = perSec(s.first), perSec(s.last)
+			first, last = report.PerSec(s.first), report.PerSec(s.last)
 		}
 		if s.first > 0 {
 			ratio = fmt.Sprintf("%.2f×", s.last/s.first)
 		}
-		tb.row(s.store, strconv.Itoa(s.ops), perSec(s.mean), first, last, ratio, strconv.FormatInt(s.snapshots, 10))
+		tb.row(s.store, strconv.Itoa(s.ops), report.PerSec(s.mean), first, last, ratio, strconv.FormatInt(s.snapshots, 10))
 	}
 	return nil
 }
@@ -204,7 +205,7 @@ func meanRate(samples []sample) float64 {
 // o.duration, one row per o.interval.
 func measure(ctx context.Context, o options, store string, out io.Writer) (summary, error) {
 	// The load before the cluster starts: what else the machine was doing.
-	load := loadLine()
+	load := report.LoadLine()
 	dir, err := os.MkdirTemp(o.dir, "logstore-bench-"+store+"-")
 	if err != nil {
 		return summary{}, err
@@ -279,8 +280,8 @@ func measure(ctx context.Context, o options, store string, out io.Writer) (summa
 			}
 			bytes = strconv.FormatInt(dirBytes(n.logDir), 10)
 		}
-		tb.row(store, fmt.Sprintf("%.1f", s.elapsed.Seconds()), perSec(s.rate()), ms(s.p50), ms(s.p99), ms(s.max), us(s.cpuPerOp()),
-			snaps, first, last, bytes, errNote(s))
+		tb.row(store, fmt.Sprintf("%.1f", s.elapsed.Seconds()), report.PerSec(s.rate()), report.MS(s.p50), report.MS(s.p99), report.MS(s.max), report.US(s.cpuPerOp()),
+			snaps, first, last, bytes, s.errNote())
 	})
 	var snapshots int64
 	if n := c.leader(); n != nil {

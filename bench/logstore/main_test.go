@@ -30,7 +30,7 @@ func testOptions(t *testing.T) options {
 	return o
 }
 
-type report struct {
+type jsonDoc struct {
 	Command string    `json:"command"`
 	Started time.Time `json:"started"`
 	Notes   []string  `json:"notes"`
@@ -53,7 +53,7 @@ func TestRun_JSON_Both_IsCohortBenchReportWithARowPerInterval(t *testing.T) {
 	if err := run(context.Background(), o, &out, io.Discard); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	var r report
+	var r jsonDoc
 	dec := json.NewDecoder(&out)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {

@@ -30,7 +30,7 @@ func benchTarget(b *testing.B) (*target, *globalOptions) {
 	return t, g
 }
 
-func report(b *testing.B, r loadResult) {
+func reportLoad(b *testing.B, r loadResult) {
 	b.Helper()
 	if r.errors > 0 {
 		b.Fatalf("%d of %d operations failed; first: %v", r.errors, r.ops+r.errors, r.firstErr)
@@ -64,11 +64,11 @@ func BenchmarkCommits(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			report(b, r)
+			reportLoad(b, r)
 		})
 		for _, mode := range []string{"member", "conn"} {
 			b.Run(fmt.Sprintf("path=client-%s/conc=%d", mode, conc), func(b *testing.B) {
-				report(b, runLoad(ctx, conc, limit{ops: int64(b.N)}, loads[mode]))
+				reportLoad(b, runLoad(ctx, conc, limit{ops: int64(b.N)}, loads[mode]))
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"log/slog"
 	"os"
@@ -32,7 +33,7 @@ type globalOptions struct {
 	timeout    time.Duration
 	cpuprofile string
 	verbose    bool
-	// json prints the results as one JSON document (jsonReport).
+	// json prints the results as one JSON document (report.Report).
 	json bool
 	// tls starts the cluster with mutual TLS from a throwaway CA.
 	tls bool
@@ -140,9 +141,9 @@ func (g *globalOptions) run(cmd *cobra.Command, body func(ctx context.Context, o
 	if !g.json {
 		return body(ctx, cmd.OutOrStdout())
 	}
-	report := &jsonReport{Command: cmd.CommandPath(), Started: time.Now().UTC()}
-	err := body(ctx, report)
-	if werr := report.writeTo(cmd.OutOrStdout()); err == nil {
+	doc := &report.Report{Command: cmd.CommandPath(), Started: time.Now().UTC()}
+	err := body(ctx, doc)
+	if werr := doc.Encode(cmd.OutOrStdout()); err == nil {
 		err = werr
 	}
 	return err

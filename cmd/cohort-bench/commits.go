@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"time"
 
@@ -63,16 +64,16 @@ does: the ceiling every other figure is compared with.`,
 				if t.inproc == nil {
 					return errNoRaw
 				}
-				fmt.Fprintf(out, "raw replicated apply, %s of 3 nodes, %s\n", t.name(), loadLine())
-				tb := newTable(out, "C", "ops/s", "p50", "p99", "max", "CPU/op", "errors")
+				fmt.Fprintf(out, "raw replicated apply, %s of 3 nodes, %s\n", t.name(), report.LoadLine())
+				tb := report.NewTable(out, "C", "ops/s", "p50", "p99", "max", "CPU/op", "errors")
 				for _, c := range concs {
 					r, err := rawPhase(ctx, t, c, limit{ops: o.ops, dur: o.duration}, o.partitions)
 					if err != nil {
 						return err
 					}
-					tb.row(fmt.Sprint(c), perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), us(r.cpuPerOp()), errNote(r))
+					tb.Row(fmt.Sprint(c), report.PerSec(r.rate()), report.MS(r.p50), report.MS(r.p99), report.MS(r.max), report.US(r.cpuPerOp()), r.errNote())
 				}
-				tb.flush()
+				tb.Flush()
 				return nil
 			})
 		},
@@ -149,9 +150,9 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 	}
 
 	withRaw := o.raw && t.inproc != nil
-	fmt.Fprintf(out, "offset commits through the client (mode %s), %s, %s\n", o.mode, t.name(), loadLine())
+	fmt.Fprintf(out, "offset commits through the client (mode %s), %s, %s\n", o.mode, t.name(), report.LoadLine())
 	withFloor := o.floor && f != nil
-	tb := newTable(out, "C", "raw ops/s", "raw p50", "raw p99", "raw CPU/op", "client ops/s", "p50", "p99", "max", "CPU/op", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
+	tb := report.NewTable(out, "C", "raw ops/s", "raw p50", "raw p99", "raw CPU/op", "client ops/s", "p50", "p99", "max", "CPU/op", "ops ratio", "p50 ratio", "heartbeat p50", "errors")
 	lim := limit{ops: o.ops, dur: o.duration}
 	// Where the client's commits spend their time, from the in-process
 	// leader's stage histograms (the engine's parts of a commit) and the
@@ -182,26 +183,26 @@ func runCommits(ctx context.Context, out io.Writer, g *globalOptions, o commitOp
 		floor := "-"
 		if withFloor {
 			hb := runLoad(ctx, c, lim, heartbeatOp(f))
-			floor = ms(hb.p50)
+			floor = report.MS(hb.p50)
 			if hb.errors > 0 {
-				floor += " (" + errNote(hb) + ")"
+				floor += " (" + hb.errNote() + ")"
 			}
 		}
-		tb.row(fmt.Sprint(c), perSec(raw.rate()), ms(raw.p50), ms(raw.p99), us(raw.cpuPerOp()),
-			perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), us(r.cpuPerOp()),
-			ratio(r.rate(), raw.rate()), ratio(float64(r.p50), float64(raw.p50)), floor, errNote(r))
+		tb.Row(fmt.Sprint(c), report.PerSec(raw.rate()), report.MS(raw.p50), report.MS(raw.p99), report.US(raw.cpuPerOp()),
+			report.PerSec(r.rate()), report.MS(r.p50), report.MS(r.p99), report.MS(r.max), report.US(r.cpuPerOp()),
+			ratio(r.rate(), raw.rate()), ratio(float64(r.p50), float64(raw.p50)), floor, r.errNote())
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	tb.flush()
+	tb.Flush()
 	if len(stageRows) > 0 {
 		fmt.Fprintf(out, "where a commit's time goes (means in µs; the leader's commit_stage_seconds; client+gRPC is the client's mean less the engine's)\n")
-		st := newTable(out, "C", "client mean", "client+gRPC", "admit", "queue", "replicate", "wake", "engine", "raw apply mean")
+		st := report.NewTable(out, "C", "client mean", "client+gRPC", "admit", "queue", "replicate", "wake", "engine", "raw apply mean")
 		for _, row := range stageRows {
-			st.row(row...)
+			st.Row(row...)
 		}
-		st.flush()
+		st.Flush()
 	}
 	if f != nil {
 		changed := 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"slices"
 	"sync"
@@ -293,8 +294,8 @@ func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target
 	rig.startCommits(ctx)
 
 	fmt.Fprintf(out, "failover, %s (raft defaults: heartbeat/election 500 ms), group of %d members at generation %d, session timeout %v, client retry backoff max %s, %s\n",
-		t.name(), o.members, rig.gen, o.session, o.backoffName(), loadLine())
-	tb := newTable(out, "mode", "rounds", "new leader median", "max", "leader serves median", "max", "client commit median", "max", "new generations", "reassignments")
+		t.name(), o.members, rig.gen, o.session, o.backoffName(), report.LoadLine())
+	tb := report.NewTable(out, "mode", "rounds", "new leader median", "max", "leader serves median", "max", "client commit median", "max", "new generations", "reassignments")
 	for _, mode := range o.modes {
 		var rounds []failoverRound
 		for range o.kills {
@@ -305,8 +306,8 @@ func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target
 			rounds = append(rounds, r)
 		}
 		s := summarize(rounds)
-		tb.row(mode, fmt.Sprint(len(rounds)), ms(median(s.election)), ms(maxOf(s.election)), ms(median(s.serving)), ms(maxOf(s.serving)),
-			ms(median(s.commit)), ms(maxOf(s.commit)),
+		tb.Row(mode, fmt.Sprint(len(rounds)), report.MS(median(s.election)), report.MS(maxOf(s.election)), report.MS(median(s.serving)), report.MS(maxOf(s.serving)),
+			report.MS(median(s.commit)), report.MS(maxOf(s.commit)),
 			fmt.Sprint(s.newGenerations), fmt.Sprint(s.reassigned))
 		fmt.Fprintf(out, "%s: commit times %v\n", mode, roundMs(s.commit))
 		if mode == "pause" {
@@ -319,7 +320,7 @@ func runFailover(ctx context.Context, out io.Writer, g *globalOptions, t *target
 			fmt.Fprintf(out, "pause: %d of %d rounds had a commit succeed while the leader was stopped (%v)\n", during, len(s.commit), o.pause)
 		}
 	}
-	tb.flush()
+	tb.Flush()
 	return ctx.Err()
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"time"
 
@@ -85,16 +86,16 @@ and gRPC stack alone. The load generator shares the machine's cores.`,
 					reqs[i] = &cohortv1.HeartbeatRequest{GroupId: "bench-heartbeats", Generation: gen, MemberId: m.m.MemberID()}
 				}
 				fmt.Fprintf(out, "heartbeats to the leader (%s), %d members at generation %d, %s, %s\n",
-					t.addrs[leader], len(reqs), gen, t.name(), loadLine())
-				tb := newTable(out, "C", "conns", "heartbeats/s", "p50", "p99", "max", "errors")
+					t.addrs[leader], len(reqs), gen, t.name(), report.LoadLine())
+				tb := report.NewTable(out, "C", "conns", "heartbeats/s", "p50", "p99", "max", "errors")
 				for _, c := range concs {
 					r := runLoad(ctx, c, limit{dur: duration}, func(ctx context.Context, w int, seq int64) error {
 						_, err := clients[w%len(clients)].Heartbeat(ctx, reqs[seq%int64(len(reqs))])
 						return err
 					})
-					tb.row(fmt.Sprint(c), fmt.Sprint(conns), perSec(r.rate()), ms(r.p50), ms(r.p99), ms(r.max), errNote(r))
+					tb.Row(fmt.Sprint(c), fmt.Sprint(conns), report.PerSec(r.rate()), report.MS(r.p50), report.MS(r.p99), report.MS(r.max), r.errNote())
 				}
-				tb.flush()
+				tb.Flush()
 				return ctx.Err()
 			})
 		},

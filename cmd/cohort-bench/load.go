@@ -3,14 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
+	"github.com/cohortlabs/cohort/bench/report"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"text/tabwriter"
 	"time"
 )
 
@@ -45,15 +41,6 @@ func (r loadResult) cpuPerOp() time.Duration {
 	return r.cpu / time.Duration(r.ops)
 }
 
-// processCPU is the CPU time this process has used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func (r loadResult) rate() float64 {
 	if r.elapsed <= 0 {
 		return 0
@@ -77,7 +64,7 @@ func runLoad(ctx context.Context, conc int, lim limit, op func(ctx context.Conte
 	var errMu sync.Mutex
 	var firstErr error
 	lat := make([][]time.Duration, conc)
-	cpu0 := processCPU()
+	cpu0 := report.ProcessCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range conc {
@@ -111,7 +98,7 @@ func runLoad(ctx context.Context, conc int, lim limit, op func(ctx context.Conte
 		}()
 	}
 	wg.Wait()
-	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: processCPU() - cpu0}
+	r := loadResult{conc: conc, elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: report.ProcessCPU() - cpu0}
 	all := slices.Concat(lat...)
 	r.ops = len(all)
 	var sum time.Duration
@@ -121,64 +108,15 @@ func runLoad(ctx context.Context, conc int, lim limit, op func(ctx context.Conte
 	if len(all) > 0 {
 		r.mean = sum / time.Duration(len(all))
 	}
-	r.p50, r.p99, r.max = percentiles(all)
+	r.p50, r.p99, r.max = report.Percentiles(all)
 	return r
-}
-
-// percentiles returns p50, p99 and max of ds (which it sorts).
-func percentiles(ds []time.Duration) (p50, p99, maxD time.Duration) {
-	if len(ds) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(ds)
-	at := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
-	return at(0.50), at(0.99), ds[len(ds)-1]
 }
 
 // median returns the median of ds (which it sorts).
 func median(ds []time.Duration) time.Duration {
-	p50, _, _ := percentiles(ds)
+	p50, _, _ := report.Percentiles(ds)
 	return p50
 }
-
-// table prints aligned columns, or with --json (w is the run's
-// *jsonReport) adds them to the report.
-type table struct {
-	tw     *tabwriter.Writer
-	report *jsonReport
-	json   *jsonReportTable
-}
-
-func newTable(w io.Writer, header ...string) *table {
-	if r, ok := w.(*jsonReport); ok {
-		return &table{report: r, json: r.table(header)}
-	}
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)}
-	t.row(header...)
-	return t
-}
-
-func (t *table) row(cells ...string) {
-	if t.report != nil {
-		t.report.addRow(t.json, cells)
-		return
-	}
-	fmt.Fprintln(t.tw, strings.Join(cells, "\t")+"\t")
-}
-
-func (t *table) flush() {
-	if t.tw != nil {
-		_ = t.tw.Flush()
-	}
-}
-
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
-}
-
-func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
-
-func perSec(v float64) string { return fmt.Sprintf("%.0f", v) }
 
 func ratio(a, b float64) string {
 	if b == 0 {
@@ -187,26 +125,5 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
-// loadLine describes the machine's load, recorded with every result.
-func loadLine() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load average unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "load average unknown"
-	}
-	return fmt.Sprintf("load average %s %s %s", f[0], f[1], f[2])
-}
-
-func errNote(r loadResult) string {
-	if r.errors == 0 {
-		return "0"
-	}
-	msg := fmt.Sprint(r.firstErr)
-	if len(msg) > 120 {
-		msg = msg[:120] + "…"
-	}
-	return fmt.Sprintf("%d (first: %s)", r.errors, msg)
-}
+// errNote is the phase's error count, with its first error.
+func (r loadResult) errNote() string { return report.ErrNote(r.errors, r.firstErr) }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"image/color"
 	"os"
 	"slices"
@@ -72,7 +73,7 @@ func curvePoints(o plotOptions) (names []string, curves map[string]plotter.XYs, 
 		if err != nil {
 			return nil, nil, err
 		}
-		var r jsonReport
+		var r report.Report
 		if err := json.Unmarshal(b, &r); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", in, err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,16 +15,16 @@ import (
 // back as curves (one per series value, sorted by x, cells read as their
 // leading number, rows filtered by --where), and plot draws them as a PNG.
 func TestJSONReportThenPlot(t *testing.T) {
-	r := &jsonReport{Command: "cohort-bench rebalance"}
+	r := &report.Report{Command: "cohort-bench rebalance"}
 	fmt.Fprintf(r, "rebalance latency, load average 0.10 0.20 0.30\n")
-	tb := newTable(r, "members", "watch", "median", "max")
-	tb.row("100", "on", "40.00 ms", "45.00 ms")
-	tb.row("10", "on", "20.50 ms", "21.00 ms")
-	tb.row("10", "off", "1500.00 ms", "1600.00 ms")
-	tb.row("100", "off", "-", "-")
-	tb.flush()
+	tb := report.NewTable(r, "members", "watch", "median", "max")
+	tb.Row("100", "on", "40.00 ms", "45.00 ms")
+	tb.Row("10", "on", "20.50 ms", "21.00 ms")
+	tb.Row("10", "off", "1500.00 ms", "1600.00 ms")
+	tb.Row("100", "off", "-", "-")
+	tb.Flush()
 	var buf bytes.Buffer
-	if err := r.writeTo(&buf); err != nil {
+	if err := r.Encode(&buf); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -71,19 +72,19 @@ its watch or heartbeat told it to rejoin) to the last member's new assignment.`,
 					return err
 				}
 				fmt.Fprintf(out, "rebalance latency, %s, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
-					t.name(), heartbeatInterval, sessionTimeout, partitions, loadLine())
-				tb := newTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
+					t.name(), heartbeatInterval, sessionTimeout, partitions, report.LoadLine())
+				tb := report.NewTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
 				for _, n := range ns {
 					for _, off := range watchModes {
 						row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval, off)
 						if err != nil {
-							tb.flush() // the sizes measured so far
+							tb.Flush() // the sizes measured so far
 							return err
 						}
-						tb.row(row...)
+						tb.Row(row...)
 					}
 				}
-				tb.flush()
+				tb.Flush()
 				return ctx.Err()
 			})
 		},
@@ -157,7 +158,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 	}
 	slices.Sort(lat)
 	slices.Sort(proto)
-	return []string{fmt.Sprint(n), mode, fmt.Sprint(rounds), ms(median(lat)), ms(lat[len(lat)-1]), ms(lat[0]),
-		ms(median(proto)), ms(proto[len(proto)-1]),
+	return []string{fmt.Sprint(n), mode, fmt.Sprint(rounds), report.MS(median(lat)), report.MS(lat[len(lat)-1]), report.MS(lat[0]),
+		report.MS(median(proto)), report.MS(proto[len(proto)-1]),
 		fmt.Sprintf("%.1f", float64(gens)/float64(rounds)), form.Round(time.Millisecond).String()}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"os"
 	"slices"
@@ -148,7 +149,7 @@ func runTLSCost(ctx context.Context, out io.Writer, g *globalOptions, o tlsCostO
 		}
 	}
 	start := time.Now()
-	fmt.Fprintf(out, "TLS off vs on (mutual TLS 1.3 on Raft and gRPC, client certificates), %s\n", loadLine())
+	fmt.Fprintf(out, "TLS off vs on (mutual TLS 1.3 on Raft and gRPC, client certificates), %s\n", report.LoadLine())
 	if o.commits {
 		if err := tlsCostCommits(ctx, out, g, o, concs, paths); err != nil {
 			return err
@@ -159,7 +160,7 @@ func runTLSCost(ctx context.Context, out io.Writer, g *globalOptions, o tlsCostO
 			return err
 		}
 	}
-	fmt.Fprintf(out, "tls-cost done in %v, %s\n", time.Since(start).Round(time.Second), loadLine())
+	fmt.Fprintf(out, "tls-cost done in %v, %s\n", time.Since(start).Round(time.Second), report.LoadLine())
 	return ctx.Err()
 }
 
@@ -229,7 +230,7 @@ func tlsCostCommits(ctx context.Context, out io.Writer, g *globalOptions, o tlsC
 		sides[i] = s
 	}
 	fmt.Fprintf(out, "commits: two %s clusters (TLS off, on), paths %s, %v phases, %d pairs per point, %s\n",
-		sides[0].t.kind, strings.Join(paths, ","), o.duration, o.pairs, loadLine())
+		sides[0].t.kind, strings.Join(paths, ","), o.duration, o.pairs, report.LoadLine())
 	if o.warmup > 0 {
 		for _, path := range paths {
 			for i := range sides {
@@ -256,7 +257,7 @@ func tlsCostCommits(ctx context.Context, out io.Writer, g *globalOptions, o tlsC
 					}
 					r.res[i] = append(r.res[i], res)
 					fmt.Fprintf(out, "  %s C=%d pair %d TLS %s: %s ops/s, p50 %s, p99 %s, CPU/op %s, errors %s\n",
-						path, c, p+1, sideName(on), perSec(res.rate()), ms(res.p50), ms(res.p99), us(res.cpuPerOp()), errNote(res))
+						path, c, p+1, sideName(on), report.PerSec(res.rate()), report.MS(res.p50), report.MS(res.p99), report.US(res.cpuPerOp()), res.errNote())
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -265,19 +266,19 @@ func tlsCostCommits(ctx context.Context, out io.Writer, g *globalOptions, o tlsC
 			rows = append(rows, r)
 		}
 	}
-	fmt.Fprintf(out, "commits, TLS off vs on (medians of %d pairs; on/off: median of the pairs' ratios [range]), %s\n", o.pairs, loadLine())
-	tb := newTable(out, "path", "C", "off ops/s", "on ops/s", "ops on/off", "off p50", "on p50", "p50 on/off", "off CPU/op", "on CPU/op", "CPU/op on/off", "errors off/on")
+	fmt.Fprintf(out, "commits, TLS off vs on (medians of %d pairs; on/off: median of the pairs' ratios [range]), %s\n", o.pairs, report.LoadLine())
+	tb := report.NewTable(out, "path", "C", "off ops/s", "on ops/s", "ops on/off", "off p50", "on p50", "p50 on/off", "off CPU/op", "on CPU/op", "CPU/op on/off", "errors off/on")
 	for _, r := range rows {
 		off, on := r.res[0], r.res[1]
-		tb.row(r.path, fmt.Sprint(r.conc),
-			perSec(medianOf(off, loadResult.rate)), perSec(medianOf(on, loadResult.rate)), pairRatio(off, on, loadResult.rate),
-			ms(medianDur(off, func(r loadResult) time.Duration { return r.p50 })), ms(medianDur(on, func(r loadResult) time.Duration { return r.p50 })),
+		tb.Row(r.path, fmt.Sprint(r.conc),
+			report.PerSec(medianOf(off, loadResult.rate)), report.PerSec(medianOf(on, loadResult.rate)), pairRatio(off, on, loadResult.rate),
+			report.MS(medianDur(off, func(r loadResult) time.Duration { return r.p50 })), report.MS(medianDur(on, func(r loadResult) time.Duration { return r.p50 })),
 			pairRatio(off, on, func(r loadResult) float64 { return float64(r.p50) }),
-			us(medianDur(off, loadResult.cpuPerOp)), us(medianDur(on, loadResult.cpuPerOp)),
+			report.US(medianDur(off, loadResult.cpuPerOp)), report.US(medianDur(on, loadResult.cpuPerOp)),
 			pairRatio(off, on, func(r loadResult) float64 { return float64(r.cpuPerOp()) }),
 			fmt.Sprintf("%d/%d", errorsOf(off), errorsOf(on)))
 	}
-	tb.flush()
+	tb.Flush()
 	return nil
 }
 
@@ -351,7 +352,7 @@ func tlsCostFailover(ctx context.Context, out io.Writer, g *globalOptions, o tls
 		rigs[i] = rig
 	}
 	fmt.Fprintf(out, "failover: two %s clusters (TLS off, on; raft defaults: heartbeat/election 500 ms), groups of %d members, session timeout %v, client retry backoff max %s, %d rounds per mode on each, alternating, %s\n",
-		o.failoverCluster, o.failoverMembers, o.session, fo.backoffName(), o.kills, loadLine())
+		o.failoverCluster, o.failoverMembers, o.session, fo.backoffName(), o.kills, report.LoadLine())
 	summaries := map[string][2]failoverSummary{}
 	for _, mode := range modes {
 		var rounds [2][]failoverRound
@@ -365,24 +366,24 @@ func tlsCostFailover(ctx context.Context, out io.Writer, g *globalOptions, o tls
 				}
 				rounds[i] = append(rounds[i], r)
 				fmt.Fprintf(out, "  %s round %d TLS %s: new leader %s, serves %s, client commit %s, new generations %d, reassignments %d\n",
-					mode, k+1, sideName(on), ms(r.election), ms(r.serving), ms(r.commit), r.newGenerations, r.reassigned)
+					mode, k+1, sideName(on), report.MS(r.election), report.MS(r.serving), report.MS(r.commit), r.newGenerations, r.reassigned)
 			}
 		}
 		summaries[mode] = [2]failoverSummary{summarize(rounds[0]), summarize(rounds[1])}
 	}
-	fmt.Fprintf(out, "failover, TLS off vs on (medians of %d rounds each; on/off of the medians), %s\n", o.kills, loadLine())
-	tb := newTable(out, "mode", "rounds", "off new leader", "on new leader", "off serves", "on serves", "serves on/off",
+	fmt.Fprintf(out, "failover, TLS off vs on (medians of %d rounds each; on/off of the medians), %s\n", o.kills, report.LoadLine())
+	tb := report.NewTable(out, "mode", "rounds", "off new leader", "on new leader", "off serves", "on serves", "serves on/off",
 		"off client commit", "on client commit", "commit on/off", "off commit max", "on commit max", "new generations off/on", "reassignments off/on")
 	for _, mode := range modes {
 		s := summaries[mode]
 		off, on := s[0], s[1]
-		tb.row(mode, fmt.Sprint(len(off.commit)),
-			ms(median(off.election)), ms(median(on.election)),
-			ms(median(off.serving)), ms(median(on.serving)), ratio(float64(median(on.serving)), float64(median(off.serving))),
-			ms(median(off.commit)), ms(median(on.commit)), ratio(float64(median(on.commit)), float64(median(off.commit))),
-			ms(maxOf(off.commit)), ms(maxOf(on.commit)),
+		tb.Row(mode, fmt.Sprint(len(off.commit)),
+			report.MS(median(off.election)), report.MS(median(on.election)),
+			report.MS(median(off.serving)), report.MS(median(on.serving)), ratio(float64(median(on.serving)), float64(median(off.serving))),
+			report.MS(median(off.commit)), report.MS(median(on.commit)), ratio(float64(median(on.commit)), float64(median(off.commit))),
+			report.MS(maxOf(off.commit)), report.MS(maxOf(on.commit)),
 			fmt.Sprintf("%d/%d", off.newGenerations, on.newGenerations), fmt.Sprintf("%d/%d", off.reassigned, on.reassigned))
 	}
-	tb.flush()
+	tb.Flush()
 	return nil
 }
