@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"github.com/cohortlabs/cohort/bench/report"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // The load loop mirrors cmd/cohort-bench/load.go's (closed-loop callers,

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"os"
 	"os/signal"
@@ -27,6 +26,8 @@ import (
 	"go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // options are the command line's; the defaults match cohort-bench

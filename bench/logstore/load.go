@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // This file measures as cmd/cohort-bench/load.go does (closed-loop callers,

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"os"
 	"os/signal"
@@ -30,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortlabs/cohort/bench/report"
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )

@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // teeReport collects everything in the report and copies it to a second

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cohortlabs/cohort/bench/report"
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/benchcluster"

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // limit bounds one load phase: it ends after ops operations or after dur,

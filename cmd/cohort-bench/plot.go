@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"image/color"
 	"os"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // plotOptions draw one chart from --json reports.

@@ -3,12 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"gonum.org/v1/plot/plotter"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // TestJSONReportThenPlot: a table written through --json's report reads

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"os"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cohortlabs/cohort/bench/report"
 )
 
 // tlsCostOptions configure the tls-cost subcommand.
