@@ -46,6 +46,10 @@ type fakeCluster struct {
 	plan       map[string]*cohortv1.Assignment
 	queued     map[string][]error // method → errors to answer, in order
 	commit     func(*cohortv1.OffsetCommitRequest) *cohortv1.OffsetCommitResponse
+	// watch, when set, serves WatchGroup: after a first NONE message for
+	// the request's generation, every message sent on it (nil: Unimplemented,
+	// as a server without the method).
+	watch chan *cohortv1.WatchGroupResponse
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
@@ -242,6 +246,30 @@ func (n *fakeNode) SyncGroup(ctx context.Context, r *cohortv1.SyncGroupRequest) 
 		return nil, err
 	}
 	return resp.(*cohortv1.SyncGroupResponse), nil
+}
+
+func (n *fakeNode) WatchGroup(r *cohortv1.WatchGroupRequest, stream cohortv1.GroupCoordinator_WatchGroupServer) error {
+	c := n.c
+	c.mu.Lock()
+	c.calls = append(c.calls, fakeCall{node: n.addr, method: "WatchGroup", req: proto.Clone(r)})
+	msgs := c.watch
+	c.mu.Unlock()
+	if msgs == nil {
+		return status.Error(codes.Unimplemented, "method WatchGroup not implemented")
+	}
+	if err := stream.Send(&cohortv1.WatchGroupResponse{Generation: r.GetGeneration()}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case m := <-msgs:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
 }
 
 func (n *fakeNode) Heartbeat(ctx context.Context, r *cohortv1.HeartbeatRequest) (*cohortv1.HeartbeatResponse, error) {

@@ -39,6 +39,8 @@ type Member struct {
 	// at once (a commit was refused as from a stale generation).
 	heartbeatNow chan struct{}
 	done         chan struct{}
+	// watcher is the member's WatchGroup stream (the loop goroutine's).
+	watcher *watcher
 
 	mu         sync.Mutex
 	state      runState
@@ -219,6 +221,7 @@ func (m *Member) Close(ctx context.Context) error {
 // or ctx ends. The eager protocol revokes everything before each rejoin;
 // the cooperative one only when the membership was lost.
 func (m *Member) loop(ctx context.Context) error {
+	defer m.stopWatch()
 	for {
 		followUp, err := m.joinAndSync(ctx)
 		if err != nil {
@@ -462,22 +465,20 @@ func (m *Member) sync(ctx context.Context, gen int32, plan []*cohortv1.MemberAss
 func (m *Member) heartbeatUntilRebalance(ctx context.Context) (lost bool, err error) {
 	t := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer t.Stop()
-	pushed := make(chan error, 1)
+	var pushed <-chan watchChange
 	if !m.cfg.DisableWatch {
-		wctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		defer func() { stop(); <-done }()
-		go func() {
-			defer close(done)
-			m.watch(wctx, pushed)
-		}()
+		pushed = m.ensureWatch(ctx)
 	}
 	for {
 		req := m.heartbeatRequest()
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case err = <-pushed:
+		case c := <-pushed:
+			if c.generation < req.Generation {
+				continue // about a generation this member has already left
+			}
+			err = c.err
 			m.log.Debug("cohort watch says rebalance", "member", req.MemberId, "generation", req.Generation)
 		case <-t.C:
 			err = nil
@@ -515,18 +516,81 @@ func (m *Member) standingChanged(ctx context.Context, req *cohortv1.HeartbeatReq
 	return false, false, nil
 }
 
-// watch keeps a WatchGroup open for the member's current generation until
-// ctx ends, and delivers the first answer that says the member is no longer
-// current. A stream that ends for another reason (the leader changed, the
-// node went away) is opened again after a backoff; the new leader answers
-// from the replicated state, so nothing that happened in between is
-// missed. Against a server without WatchGroup it stops: heartbeats alone
-// still find every rebalance.
-func (m *Member) watch(ctx context.Context, pushed chan<- error) {
-	hb := m.heartbeatRequest()
-	req := &cohortv1.WatchGroupRequest{GroupId: hb.GroupId, Generation: hb.Generation, MemberId: hb.MemberId, InstanceId: hb.InstanceId}
+// watcher is the member's WatchGroup stream. It stays open across
+// generations: the coordinator tells it of every change of the member's
+// standing (a rebalance starting, the member removed) and re-arms it by
+// itself once the member is current again, so a rebalance costs the member
+// one message, not a new stream. Only the loop goroutine starts and stops
+// it.
+type watcher struct {
+	member string
+	stop   context.CancelFunc
+	done   chan struct{}
+	// pushed holds the latest change not yet taken (capacity 1).
+	pushed chan watchChange
+}
+
+// watchChange is one change of standing the watch delivered: the error a
+// heartbeat would get, and the generation the member was current at until
+// then (a change about an older generation than the member's is stale).
+type watchChange struct {
+	err        error
+	generation int32
+}
+
+// ensureWatch returns the changes of the member's watch, starting one when
+// none runs for the member's current ID (the first time, after the ID
+// changed, or after the stream ended).
+func (m *Member) ensureWatch(ctx context.Context) <-chan watchChange {
+	id := m.MemberID()
+	if w := m.watcher; w != nil {
+		select {
+		case <-w.done:
+		default:
+			if w.member == id {
+				return w.pushed
+			}
+		}
+		m.stopWatch()
+	}
+	wctx, stop := context.WithCancel(ctx)
+	w := &watcher{member: id, stop: stop, done: make(chan struct{}), pushed: make(chan watchChange, 1)}
+	m.watcher = w
+	go func() {
+		defer close(w.done)
+		m.watch(wctx, w)
+	}()
+	return w.pushed
+}
+
+// stopWatch ends the member's watch, if one runs, and waits for it.
+func (m *Member) stopWatch() {
+	if w := m.watcher; w != nil {
+		w.stop()
+		<-w.done
+		m.watcher = nil
+	}
+}
+
+// watch keeps the member's WatchGroup open until ctx ends, the coordinator
+// ends it (the member left the group; a coordinator that ends the stream
+// after each change is watched again by the next heartbeat phase) or the
+// member's ID changes. A stream broken otherwise (the leader changed, the
+// node went away) is opened again after a backoff, for the member's
+// generation then; the new leader answers from the replicated state, so
+// nothing that happened in between is missed. Against a server without
+// WatchGroup it stops: heartbeats alone still find every rebalance.
+func (m *Member) watch(ctx context.Context, w *watcher) {
 	for failures := 0; ; failures++ {
-		err := m.watchOnce(ctx, req, pushed)
+		hb := m.heartbeatRequest()
+		if hb.MemberId != w.member {
+			return
+		}
+		req := &cohortv1.WatchGroupRequest{GroupId: hb.GroupId, Generation: hb.Generation, MemberId: hb.MemberId, InstanceId: hb.InstanceId}
+		answered, err := m.watchOnce(ctx, req, w.pushed)
+		if answered {
+			failures = 0 // a stream that worked: the next break is a new one
+		}
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return
@@ -544,29 +608,44 @@ func (m *Member) watch(ctx context.Context, pushed chan<- error) {
 	}
 }
 
-// watchOnce runs one WatchGroup stream: nil once it delivered a change of
-// standing, the stream's error otherwise.
-func (m *Member) watchOnce(ctx context.Context, req *cohortv1.WatchGroupRequest, pushed chan<- error) error {
+// watchOnce runs one WatchGroup stream, delivering each change of standing
+// to pushed (the latest replacing one not yet taken). It returns nil when
+// the coordinator ended the stream, the stream's error otherwise, and
+// whether the coordinator answered at all.
+func (m *Member) watchOnce(ctx context.Context, req *cohortv1.WatchGroupRequest, pushed chan watchChange) (answered bool, _ error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := m.groups.WatchGroup(sctx, req)
 	if err != nil {
-		return fromStatus(err)
+		return false, fromStatus(err)
 	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return errors.New("watch stream ended without a change")
+				return answered, nil
 			}
-			return fromStatus(err)
+			return answered, fromStatus(err)
 		}
+		answered = true
 		if perr := fromCode(resp.GetError(), resp.GetErrorMessage()); perr != nil {
-			select {
-			case pushed <- perr:
-			case <-ctx.Done():
-			}
-			return nil
+			offerLatest(pushed, watchChange{err: perr, generation: resp.GetGeneration()})
+		}
+	}
+}
+
+// offerLatest puts c in ch (capacity 1) without blocking, replacing a
+// value not yet taken: only the latest change of standing matters.
+func offerLatest(ch chan watchChange, c watchChange) {
+	for {
+		select {
+		case ch <- c:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
 		}
 	}
 }

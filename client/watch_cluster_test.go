@@ -15,7 +15,10 @@ import (
 // join holds the group's barrier until every member has rejoined, which
 // the settled members learn of only from their watch (their next
 // heartbeat is most of a minute away): all three settle in a new
-// generation within waitFor's 10 s.
+// generation within waitFor's 10 s. The watches stay open across
+// generations, so a fourth member's join reaches all three the same way,
+// and the round after it is the only one: a member acting on a stale
+// message from its watch would start another.
 func TestRealCluster_Watch_MembersHearOfRebalanceBeforeAnyHeartbeat(t *testing.T) {
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -64,4 +67,16 @@ func TestRealCluster_Watch_MembersHearOfRebalanceBeforeAnyHeartbeat(t *testing.T
 	waitFor(t, fmt.Sprintf("three members settled in generation %d, the one after %d", gen+1, gen), func() bool {
 		return settledAt(members, gen+1)
 	})
+
+	m, _ = startMember(t, cfg(3))
+	members = append(members, m)
+	waitFor(t, fmt.Sprintf("four members settled in generation %d", gen+2), func() bool {
+		return settledAt(members, gen+2)
+	})
+	time.Sleep(time.Second)
+	for i, m := range members {
+		if g := m.Generation(); g != gen+2 {
+			t.Fatalf("member %d at generation %d a second after the group settled in %d: a rebalance nobody asked for", i, g, gen+2)
+		}
+	}
 }

@@ -66,8 +66,12 @@ func (w *watchStream) expectEnd(t *testing.T, wantReason string) {
 // TestWatchGroup_RebalanceStarts_EveryWatcherToldWithoutHeartbeating: two
 // settled members watch (one through a follower, which relays the stream
 // to the leader) and never heartbeat; a third member's join starts a
-// rebalance, and both hear REBALANCE_IN_PROGRESS from their watch, which
-// then ends. The push is the only way they can learn of it here.
+// rebalance, and both hear REBALANCE_IN_PROGRESS from their watch. The
+// push is the only way they can learn of it here. Their streams stay open:
+// once they are current at the next generation the watches go on there,
+// and when one of them leaves, the other hears of that rebalance on the
+// same stream (labelled with the generation it was current at), while the
+// one that left is told it is unknown and its stream ends.
 func TestWatchGroup_RebalanceStarts_EveryWatcherToldWithoutHeartbeating(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
@@ -80,15 +84,16 @@ func TestWatchGroup_RebalanceStarts_EveryWatcherToldWithoutHeartbeating(t *testi
 	wb := openWatch(t, ctx, b, follower, cohortv1.ErrorCode_ERROR_CODE_NONE)
 
 	n := newMember(t, c, "g", "t")
+	n.rebalMs = 30000
 	joined := make(chan error, 1)
 	go func() { joined <- n.tryJoin(ctx) }()
 
+	first := a.generation
 	for _, w := range []*watchStream{wa, wb} {
 		resp := w.expect(t, cohortv1.ErrorCode_ERROR_CODE_REBALANCE_IN_PROGRESS)
-		if resp.GetGeneration() != a.generation {
-			t.Fatalf("watch of %s reports generation %d, want %d (rebalancing, not yet bumped)", w.m.id, resp.GetGeneration(), a.generation)
+		if resp.GetGeneration() != first {
+			t.Fatalf("watch of %s reports generation %d, want %d (the one it was current at)", w.m.id, resp.GetGeneration(), first)
 		}
-		w.expectEnd(t, "")
 	}
 	// Told at once, both rejoin and the round completes with one new
 	// generation.
@@ -99,14 +104,28 @@ func TestWatchGroup_RebalanceStarts_EveryWatcherToldWithoutHeartbeating(t *testi
 		t.Fatalf("new member's join: %v", err)
 	}
 	for _, m := range []*member{a, b, n} {
-		if m.generation != 2 {
-			t.Fatalf("member %s at generation %d after the round, want 2", m.id, m.generation)
+		if m.generation != first+1 {
+			t.Fatalf("member %s at generation %d after the round, want %d", m.id, m.generation, first+1)
 		}
 	}
+	if err := all([]*member{a, b, n}, "sync", func(m *member) error { return m.trySync(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next rebalance reaches the same streams.
+	if _, err := b.client().LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: []*cohortv1.LeaveMember{{MemberId: b.id}}}); err != nil {
+		t.Fatalf("b leaves: %v", err)
+	}
+	if resp := wa.expect(t, cohortv1.ErrorCode_ERROR_CODE_REBALANCE_IN_PROGRESS); resp.GetGeneration() != first+1 {
+		t.Fatalf("a's watch reports generation %d for the second rebalance, want %d", resp.GetGeneration(), first+1)
+	}
+	wb.expect(t, cohortv1.ErrorCode_ERROR_CODE_UNKNOWN_MEMBER_ID)
+	wb.expectEnd(t, "")
 }
 
 // TestWatchGroup_NotCurrent_AnsweredAtOnce: a watch from a member that is
-// not current is answered what its heartbeat would be, and ends.
+// not current is answered what its heartbeat would be; one from a member
+// that is not in the group ends there.
 func TestWatchGroup_NotCurrent_AnsweredAtOnce(t *testing.T) {
 	c := cluster(t)
 	ctx := testCtx(t)
@@ -115,7 +134,9 @@ func TestWatchGroup_NotCurrent_AnsweredAtOnce(t *testing.T) {
 
 	stale := *a
 	stale.generation = a.generation - 1
-	openWatch(t, ctx, &stale, c.Leader(), cohortv1.ErrorCode_ERROR_CODE_ILLEGAL_GENERATION).expectEnd(t, "")
+	// Still in the group: the stream stays open for the member's next
+	// generation.
+	openWatch(t, ctx, &stale, c.Leader(), cohortv1.ErrorCode_ERROR_CODE_ILLEGAL_GENERATION)
 
 	stranger := *a
 	stranger.id = "nobody"
@@ -176,7 +197,6 @@ func TestWatchGroup_LeaderDies_StreamEnds_NewLeaderAnswersFromState(t *testing.T
 		t.Fatalf("b leaves: %v", err)
 	}
 	w.expect(t, cohortv1.ErrorCode_ERROR_CODE_REBALANCE_IN_PROGRESS)
-	w.expectEnd(t, "")
 }
 
 // TestWatchGroup_LeadershipTransferred_EndsNotLeader: a node that hands

@@ -988,7 +988,9 @@ type WatchGroupResponse struct {
 	// UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
 	Error        ErrorCode `protobuf:"varint,1,opt,name=error,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
 	ErrorMessage string    `protobuf:"bytes,2,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
-	// The group's generation when the message was written.
+	// With NONE, the generation the member is current at; otherwise the one
+	// it was current at until this change, so that a client that has moved
+	// on to a newer generation can tell the message is about an old one.
 	Generation    int32 `protobuf:"varint,3,opt,name=generation" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

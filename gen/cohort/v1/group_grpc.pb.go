@@ -56,14 +56,18 @@ type GroupCoordinatorClient interface {
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// WatchGroup tells a member at once when it must act, instead of in the
 	// answer to its next heartbeat. The first message is what a Heartbeat
-	// would answer now (error NONE: the member is current); while it stays
-	// current the stream stays open, and the moment that changes (the group
+	// would answer now (error NONE: the member is current). While the member
+	// stays current the stream is silent; the moment that changes (the group
 	// starts rebalancing, the member is removed or replaced, the group is
-	// deleted) one more message says what a Heartbeat would then answer, and
-	// the stream ends. When the node stops leading the stream ends with
-	// NOT_LEADER, and the member watches again on the new leader, which
-	// answers from the replicated state. Watching does not keep the session
-	// alive: heartbeats do.
+	// deleted) one message says what a Heartbeat would then answer. The
+	// stream then stays open: once the member is current again at a newer
+	// generation (it rejoined and synced) the watch goes on at that
+	// generation, silently, and the next change is told the same way. It
+	// ends, after its last message, when the member is no longer in the
+	// group (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID). When the node stops
+	// leading the stream ends with NOT_LEADER, and the member watches again
+	// on the new leader, which answers from the replicated state. Watching
+	// does not keep the session alive: heartbeats do.
 	WatchGroup(ctx context.Context, in *WatchGroupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGroupResponse], error)
 	// LeaveGroup removes one or more members.
 	LeaveGroup(ctx context.Context, in *LeaveGroupRequest, opts ...grpc.CallOption) (*LeaveGroupResponse, error)
@@ -224,14 +228,18 @@ type GroupCoordinatorServer interface {
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// WatchGroup tells a member at once when it must act, instead of in the
 	// answer to its next heartbeat. The first message is what a Heartbeat
-	// would answer now (error NONE: the member is current); while it stays
-	// current the stream stays open, and the moment that changes (the group
+	// would answer now (error NONE: the member is current). While the member
+	// stays current the stream is silent; the moment that changes (the group
 	// starts rebalancing, the member is removed or replaced, the group is
-	// deleted) one more message says what a Heartbeat would then answer, and
-	// the stream ends. When the node stops leading the stream ends with
-	// NOT_LEADER, and the member watches again on the new leader, which
-	// answers from the replicated state. Watching does not keep the session
-	// alive: heartbeats do.
+	// deleted) one message says what a Heartbeat would then answer. The
+	// stream then stays open: once the member is current again at a newer
+	// generation (it rejoined and synced) the watch goes on at that
+	// generation, silently, and the next change is told the same way. It
+	// ends, after its last message, when the member is no longer in the
+	// group (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID). When the node stops
+	// leading the stream ends with NOT_LEADER, and the member watches again
+	// on the new leader, which answers from the replicated state. Watching
+	// does not keep the session alive: heartbeats do.
 	WatchGroup(*WatchGroupRequest, grpc.ServerStreamingServer[WatchGroupResponse]) error
 	// LeaveGroup removes one or more members.
 	LeaveGroup(context.Context, *LeaveGroupRequest) (*LeaveGroupResponse, error)
