@@ -140,6 +140,28 @@ func (f *fleet) add(n int) ([]*member, error) {
 	return added, nil
 }
 
+// grow adds members in waves of at most wave until the fleet has n, each
+// wave once the group is stable with the ones before, and returns the
+// generation the group is stable at (gen: the one it was stable at
+// before). Thousands of members started at once keep restarting the join
+// round (each late arrival reopens it for all), as a real fleet rolled out
+// all at once would.
+func (f *fleet) grow(ctx context.Context, n, wave int, gen int32) (int32, error) {
+	for len(f.members) < n {
+		if _, err := f.add(min(wave, n-len(f.members))); err != nil {
+			return gen, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		next, _, err := f.stable(sctx, gen)
+		cancel()
+		if err != nil {
+			return gen, err
+		}
+		gen = next
+	}
+	return gen, nil
+}
+
 // stable waits until every member holds the assignment of one generation
 // newer than after, and returns it with the latest time a member got it.
 func (f *fleet) stable(ctx context.Context, after int32) (int32, time.Time, error) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cohortlabs/cohort/bench/report"
 	"github.com/cohortlabs/cohort/client"
 )
 
@@ -23,6 +23,7 @@ func newRebalanceCommand(g *globalOptions) *cobra.Command {
 		sessionTimeout    time.Duration
 		heartbeatInterval time.Duration
 		watch             string
+		wave              int
 	)
 	cmd := &cobra.Command{
 		Use:   "rebalance",
@@ -39,7 +40,14 @@ Kafka's classic coordinator), which adds up to one --heartbeat-interval.
 Rounds start at a random phase of the heartbeat rhythm, so on average half
 an interval; --watch on,off measures both side by side. The "after last
 rejoin" columns exclude the wait: the time from the last existing member's revocation (the moment
-its watch or heartbeat told it to rejoin) to the last member's new assignment.`,
+its watch or heartbeat told it to rejoin) to the last member's new assignment.
+"CPU/member" is this process's CPU time (user and system) from the new
+member's start until the group is stable, divided by the members, median
+over rounds: with the in-process cluster it counts the nodes and the
+clients, with --cluster process the clients alone.
+
+The group forms in waves of --form-wave members, each wave joining once the
+group is stable with the ones before.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
@@ -73,10 +81,10 @@ its watch or heartbeat told it to rejoin) to the last member's new assignment.`,
 				}
 				fmt.Fprintf(out, "rebalance latency, %s, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
 					t.name(), heartbeatInterval, sessionTimeout, partitions, report.LoadLine())
-				tb := report.NewTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "generations/round", "form group")
+				tb := report.NewTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "CPU/member", "generations/round", "form group")
 				for _, n := range ns {
 					for _, off := range watchModes {
-						row, err := rebalanceSize(ctx, t, g, n, rounds, sessionTimeout, heartbeatInterval, off)
+						row, err := rebalanceSize(ctx, t, g, n, wave, rounds, sessionTimeout, heartbeatInterval, off)
 						if err != nil {
 							tb.Flush() // the sizes measured so far
 							return err
@@ -92,6 +100,7 @@ its watch or heartbeat told it to rejoin) to the last member's new assignment.`,
 	f := cmd.Flags()
 	f.StringVar(&sizes, "sizes", "10,100,1000", "comma-separated group sizes")
 	f.IntVar(&rounds, "rounds", 5, "new members per size (each one rebalance)")
+	f.IntVar(&wave, "form-wave", 1000, "members that join together while the group forms (the next wave starts once the group is stable)")
 	f.Int32Var(&partitions, "partitions", 1024, "partitions of the group's topic")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout")
 	f.DurationVar(&heartbeatInterval, "heartbeat-interval", time.Second, "members' heartbeat interval")
@@ -99,7 +108,10 @@ its watch or heartbeat told it to rejoin) to the last member's new assignment.`,
 	return cmd
 }
 
-func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds int, session, hb time.Duration, disableWatch bool) ([]string, error) {
+func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, wave, rounds int, session, hb time.Duration, disableWatch bool) ([]string, error) {
+	if wave < 1 {
+		return nil, fmt.Errorf("--form-wave %d: want at least 1", wave)
+	}
 	mode := "on"
 	if disableWatch {
 		mode = "off"
@@ -115,17 +127,12 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 		f.close(cctx)
 	}()
 	formStart := time.Now()
-	if _, err := f.add(n); err != nil {
-		return nil, err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	gen, _, err := f.stable(sctx, client.NoGeneration)
-	cancel()
+	gen, err := f.grow(ctx, n, wave, client.NoGeneration)
 	if err != nil {
 		return nil, err
 	}
 	form := time.Since(formStart)
-	var lat, proto []time.Duration
+	var lat, proto, cpu []time.Duration
 	gens := 0
 	for range rounds {
 		// Let heartbeats settle into their rhythm after the last rebalance.
@@ -135,6 +142,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 		case <-time.After(hb + rand.N(hb)):
 		}
 		old := slices.Clone(f.members)
+		cpu0 := report.ProcessCPU()
 		t0 := time.Now()
 		if _, err := f.add(1); err != nil {
 			return nil, err
@@ -146,6 +154,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 			return nil, err
 		}
 		lat = append(lat, last.Sub(t0))
+		cpu = append(cpu, (report.ProcessCPU()-cpu0)/time.Duration(len(f.members)))
 		var lastRevoke time.Time
 		for _, m := range old {
 			if r := m.lastRevoked(); r.After(lastRevoke) {
@@ -159,6 +168,6 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, rounds i
 	slices.Sort(lat)
 	slices.Sort(proto)
 	return []string{fmt.Sprint(n), mode, fmt.Sprint(rounds), report.MS(median(lat)), report.MS(lat[len(lat)-1]), report.MS(lat[0]),
-		report.MS(median(proto)), report.MS(proto[len(proto)-1]),
+		report.MS(median(proto)), report.MS(proto[len(proto)-1]), report.US(median(cpu)),
 		fmt.Sprintf("%.1f", float64(gens)/float64(rounds)), form.Round(time.Millisecond).String()}, nil
 }
