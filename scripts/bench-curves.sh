@@ -5,9 +5,9 @@
 # tests, chaos runs or other benchmarks: the reports record the load
 # average before and after each run).
 #
-#   scripts/bench-curves.sh [rebalance|commits|failover|all] [SIZES]
+#   scripts/bench-curves.sh [rebalance|commits|groups|heartbeats|failover|state|all] [SIZES]
 #
-# SIZES (rebalance only) defaults to 10,100,1000.
+# SIZES (the members of rebalance and heartbeats) defaults to 10,100,1000.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -39,6 +39,42 @@ if [ "$what" = commits ] || [ "$what" = all ]; then
 	$bench plot --in "$out/commits.json" --x C --y "raw p50" --y "p50" --y "p99" --log-x --log-y \
 		--title "Offset commit latency vs concurrency" --y-label "ms" --out "$out/commits-latency.png"
 fi
+if [ "$what" = groups ] || [ "$what" = all ]; then
+	# Standalone committers (--mode conn) spread over N groups, each N
+	# prefilled (every group's offsets committed once) before its phases;
+	# the raw apply phases commit to the same groups.
+	$bench --json --timeout 60m commits --mode conn --groups 1,10,100,1000,10000 --concurrency 1,16,256 \
+		--duration 5s > "$out/commits-groups.json"
+	$bench plot --in "$out/commits-groups.json" --x groups --y "client ops/s" --series C --log-x --log-y \
+		--title "Offset commits vs number of groups (standalone committers, one partition per commit)" \
+		--y-label "client ops/s" --out "$out/commits-groups.png"
+	$bench plot --in "$out/commits-groups.json" --x groups --y p99 --series C --log-x --log-y \
+		--title "Offset commit p99 vs number of groups" --y-label "client p99 (ms)" --out "$out/commits-groups-p99.png"
+fi
+if [ "$what" = heartbeats ] || [ "$what" = all ]; then
+	# cohortd processes, as issue 3's heartbeat figure: the leader in a
+	# process of its own, the members and the callers in this one. One group
+	# grows through the sizes.
+	$bench --json --timeout 60m --cluster process --cohortd bin/cohortd heartbeats --members "$sizes" \
+		--concurrency 16,64,256 --duration 5s > "$out/heartbeats.json"
+	$bench plot --in "$out/heartbeats.json" --x members --y heartbeats/s --series C --log-x \
+		--title "Heartbeats/s one leader sustains vs group size (cohortd processes)" \
+		--y-label "heartbeats/s" --out "$out/heartbeats.png"
+fi
 if [ "$what" = failover ] || [ "$what" = all ]; then
 	$bench --json --cluster process --cohortd bin/cohortd failover --mode all > "$out/failover.json"
+fi
+if [ "$what" = state ] || [ "$what" = all ]; then
+	# One replica's state machine alone (package fsm: no Raft, no gRPC):
+	# heap per offset, member and group; snapshot (fsync'd) and restore vs
+	# committed offsets. About 1.5 minutes; 2.5 GiB of RSS and a 570 MB
+	# snapshot (in a temporary directory) at 10^7 offsets.
+	$bench --json --timeout 30m state --offsets 10000,100000,1000000,10000000 \
+		--members 1000,10000,100000 --groups 1000,10000,100000 > "$out/state.json"
+	$bench plot --in "$out/state.json" --x offsets --y "snapshot ms" --y "restore ms" --log-x --log-y \
+		--title "Snapshot (written, fsync'd) and restore vs committed offsets, one replica" \
+		--y-label "ms" --out "$out/state-snapshot.png"
+	$bench plot --in "$out/state.json" --x count --y "heap bytes/item" --series item --log-x \
+		--title "Heap per offset, member and group vs their count, one replica" \
+		--x-label "items in the state" --y-label "live heap bytes per item" --out "$out/state-bytes.png"
 fi

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cohortlabs/cohort/bench/report"
 	"io"
 	"log/slog"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/bench/report"
 	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/internal/benchcluster"
@@ -98,7 +98,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 	f.StringVar(&g.tlsAdmin.Key, "tls-admin-key", "", "the key of --tls-admin-cert")
 
 	root.AddCommand(newRawCommand(&g), newCommitsCommand(&g), newHeartbeatsCommand(&g),
-		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g), newPlotCommand())
+		newRebalanceCommand(&g), newFailoverCommand(&g), newTLSCostCommand(&g), newStateCommand(&g), newPlotCommand())
 	return root
 }
 
