@@ -131,10 +131,13 @@ func (e *Engine) joinedRoundLocked(cmd *fsmv1.Command, res *fsm.ApplyResult, now
 	if j == nil || res.Err != nil || res.JoinCompleted || j.GetMember().GetInstanceId() != "" {
 		return false
 	}
-	id, member := j.GetGroupId(), j.GetMember().GetMemberId()
-	g, ok := e.fsm.Group(id)
+	// The group as this join left it, not as the FSM holds it now: the
+	// joins of one Batch entry are observed after the whole batch was
+	// applied, and when its last join closed the round, the FSM's group is
+	// already past it while the joins before were ordinary ones.
+	id, member, g := j.GetGroupId(), j.GetMember().GetMemberId(), res.Group
 	t := e.rebalances[id]
-	if !ok || g.State != fsm.PreparingRebalance || t == nil || t.generation != g.Generation {
+	if g == nil || g.State != fsm.PreparingRebalance || t == nil || t.generation != g.Generation {
 		return false
 	}
 	if m, ok := g.Member(member); ok {
