@@ -52,8 +52,16 @@ func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic,
 // NewMember validates the result once.
 type Config struct {
 	// Endpoints are the gRPC addresses of Cohort nodes (host:port). Any node
-	// answers; the client moves to the leader the cluster names. Required.
+	// answers; the client moves to the leader the cluster names. Required
+	// unless Conn is set.
 	Endpoints []string
+	// Conn, when set, is the connection the member calls through instead
+	// of dialling its own: many members in one process (a load generator,
+	// a worker pool) can share one. Its own ConnConfig then governs the
+	// endpoints, credentials, dial options, attempts and the leader check,
+	// and those fields of this Config are unused. The member never closes
+	// it.
+	Conn *Conn
 	// GroupID is the consumer group. Required.
 	GroupID string
 	// InstanceID makes the member static (KIP-345): a restart within the
@@ -207,8 +215,8 @@ func (c Config) withDefaults() Config {
 // validate checks a defaulted Config.
 func (c Config) validate() error {
 	var errs []error
-	if len(c.Endpoints) == 0 {
-		errs = append(errs, errors.New("field Endpoints: at least one endpoint is required"))
+	if len(c.Endpoints) == 0 && c.Conn == nil {
+		errs = append(errs, errors.New("field Endpoints: at least one endpoint is required (or a Conn)"))
 	}
 	for i, e := range c.Endpoints {
 		if e == "" {
@@ -259,8 +267,10 @@ func (c Config) validate() error {
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.SessionTimeout {
 		errs = append(errs, fmt.Errorf("field HeartbeatInterval: %v must be positive and below SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout))
 	}
-	if err := validateConnConfig(c.connConfig()); err != nil {
-		errs = append(errs, err)
+	if c.Conn == nil { // a Conn given was checked when it was dialled
+		if err := validateConnConfig(c.connConfig()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cohort: invalid client config for group %q: %w", c.GroupID, err)

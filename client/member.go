@@ -41,6 +41,8 @@ type Member struct {
 	done         chan struct{}
 	// watcher is the member's WatchGroup stream (the loop goroutine's).
 	watcher *watcher
+	// ownConn: the member dialled conn and closes it (not a Config.Conn).
+	ownConn bool
 
 	mu         sync.Mutex
 	state      runState
@@ -76,11 +78,16 @@ func NewMember(cfg Config) (*Member, error) {
 	}
 	cfg.Topics = slices.Clone(cfg.Topics)
 	cfg.Protocols = slices.Clone(cfg.Protocols)
-	conn, err := Dial(cfg.connConfig())
-	if err != nil {
-		return nil, err
+	conn, ownConn := cfg.Conn, false
+	if conn == nil {
+		var err error
+		if conn, err = Dial(cfg.connConfig()); err != nil {
+			return nil, err
+		}
+		ownConn = true
 	}
 	m := &Member{
+		ownConn:      ownConn,
 		cfg:          cfg,
 		conn:         conn,
 		groups:       conn.Groups(),
@@ -179,8 +186,10 @@ func (m *Member) Run(ctx context.Context) error {
 		defer stop()
 	}
 	m.shutdown(closeCtx, !errors.Is(err, ErrFencedInstanceID))
-	if cerr := m.conn.Close(); cerr != nil {
-		m.log.Warn("cohort close connections", "err", cerr)
+	if m.ownConn {
+		if cerr := m.conn.Close(); cerr != nil {
+			m.log.Warn("cohort close connections", "err", cerr)
+		}
 	}
 	switch {
 	case closedByUser:
@@ -203,6 +212,9 @@ func (m *Member) Close(ctx context.Context) error {
 		m.state = stopped
 		m.mu.Unlock()
 		close(m.done)
+		if !m.ownConn {
+			return nil
+		}
 		return m.conn.Close()
 	case running:
 		m.state, m.closeCtx = closing, ctx

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -45,4 +46,43 @@ func TestWatch_OneStreamAcrossGenerations_StaleMessagesIgnored(t *testing.T) {
 	if hb := c.count("Heartbeat"); hb != 0 {
 		t.Fatalf("%d heartbeats: the rejoins were not the watch's doing", hb)
 	}
+}
+
+// TestMember_SharedConn_CallsThroughItAndLeavesItOpen: members given one
+// Conn make their calls through it (no dial of their own) and leave it
+// open when they close, for the next member that shares it.
+func TestMember_SharedConn_CallsThroughItAndLeavesItOpen(t *testing.T) {
+	c := newFakeCluster(t)
+	n := c.node()
+	conn, err := Dial(ConnConfig{Endpoints: []string{n.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	var rec recorder
+	cfg := testConfig(&rec)
+	cfg.Conn = conn
+	m, err := NewMember(cfg)
+	if err != nil {
+		t.Fatalf("NewMember with a Conn and no Endpoints: %v", err)
+	}
+	if m.Conn() != conn {
+		t.Fatal("the member dialled a Conn of its own")
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	waitFor(t, "the member assigned through the shared Conn", func() bool { return m.Generation() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	// The Conn still works: a second member runs through it.
+	cfg2 := testConfig(&rec)
+	cfg2.Conn = conn
+	m2, _ := startMember(t, cfg2)
+	waitFor(t, "a second member assigned through the same Conn", func() bool { return m2.Generation() == 2 })
 }
