@@ -25,8 +25,13 @@ type memberOptions struct {
 	// disableWatch: members learn of rebalances from heartbeats only.
 	disableWatch bool
 	// creds are the members' credentials (target.member).
-	creds  client.Credentials
-	logger *slog.Logger
+	creds client.Credentials
+	// perConn members share one client.Conn (0 or 1: each its own, as
+	// consumers in processes of their own). Sharing keeps a run of
+	// thousands of members within the open-files limit; every member still
+	// makes its own calls.
+	perConn int
+	logger  *slog.Logger
 }
 
 // member is one client.Member with what its callbacks saw.
@@ -70,10 +75,12 @@ func (m *member) partitions() []client.TopicPartition {
 	return m.parts
 }
 
-// startMember starts one member's Run in the background.
-func startMember(ctx context.Context, o memberOptions, i int) (*member, error) {
+// startMember starts one member's Run in the background, calling through
+// conn when it is not nil.
+func startMember(ctx context.Context, o memberOptions, i int, conn *client.Conn) (*member, error) {
 	bm := &member{gen: client.NoGeneration, done: make(chan struct{})}
 	m, err := client.NewMember(client.Config{
+		Conn:              conn,
 		Endpoints:         o.endpoints,
 		GroupID:           o.group,
 		ClientID:          fmt.Sprintf("bench-%d", i),
@@ -119,6 +126,7 @@ type fleet struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	members []*member
+	conns   []*client.Conn // shared by opts.perConn members each
 }
 
 func newFleet(ctx context.Context, o memberOptions) *fleet {
@@ -130,7 +138,18 @@ func newFleet(ctx context.Context, o memberOptions) *fleet {
 func (f *fleet) add(n int) ([]*member, error) {
 	var added []*member
 	for range n {
-		m, err := startMember(f.ctx, f.opts, len(f.members))
+		var conn *client.Conn
+		if i := len(f.members); f.opts.perConn > 1 {
+			if i%f.opts.perConn == 0 {
+				c, err := client.Dial(client.ConnConfig{Endpoints: f.opts.endpoints, Credentials: f.opts.creds, RetryBackoffMax: f.opts.retryBackoffMax, Logger: f.opts.logger})
+				if err != nil {
+					return added, err
+				}
+				f.conns = append(f.conns, c)
+			}
+			conn = f.conns[len(f.conns)-1]
+		}
+		m, err := startMember(f.ctx, f.opts, len(f.members), conn)
 		if err != nil {
 			return added, err
 		}
@@ -220,6 +239,9 @@ func (f *fleet) close(ctx context.Context) {
 	}
 	wg.Wait()
 	f.cancel()
+	for _, c := range f.conns {
+		_ = c.Close()
+	}
 }
 
 // createTopic creates a topic, tolerating one that exists.

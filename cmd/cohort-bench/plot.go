@@ -28,6 +28,7 @@ type plotOptions struct {
 	xLabel     string
 	yLabel     string
 	logX, logY bool
+	legend     string // top-left, top-right, bottom-left or bottom-right
 	out        string
 }
 
@@ -57,6 +58,7 @@ rows (repeatable). The figures in docs/benchmarks.md are drawn this way.`,
 	f.StringVar(&o.yLabel, "y-label", "", "y axis label (default: the column)")
 	f.BoolVar(&o.logX, "log-x", false, "logarithmic x axis")
 	f.BoolVar(&o.logY, "log-y", false, "logarithmic y axis")
+	f.StringVar(&o.legend, "legend", "top-left", "corner of the legend: top-left, top-right, bottom-left or bottom-right")
 	f.StringVar(&o.out, "out", "", "PNG file to write")
 	_ = cmd.MarkFlagRequired("in")
 	_ = cmd.MarkFlagRequired("x")
@@ -172,8 +174,26 @@ func drawPlot(o plotOptions) error {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = true, true // cost curves rise to the right
-	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4)
+	// Cost curves rise to the right, so top-left is the default; a flat
+	// curve near the top wants another corner.
+	switch o.legend {
+	case "top-left", "":
+		p.Legend.Top, p.Legend.Left = true, true
+	case "top-right":
+		p.Legend.Top = true
+	case "bottom-left":
+		p.Legend.Left = true
+	case "bottom-right":
+	default:
+		return fmt.Errorf("--legend %q: want top-left, top-right, bottom-left or bottom-right", o.legend)
+	}
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4) // inward from the corner
+	if !p.Legend.Left {
+		p.Legend.XOffs = vg.Points(-8)
+	}
+	if !p.Legend.Top {
+		p.Legend.YOffs = vg.Points(4)
+	}
 	for i, n := range names {
 		line, points, err := plotter.NewLinePoints(curves[n])
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/plot/plotter"
@@ -64,5 +65,34 @@ func TestJSONReportThenPlot(t *testing.T) {
 	}
 	if len(r.Notes) != 1 {
 		t.Fatalf("notes %q, want the one title line", r.Notes)
+	}
+}
+
+// The legend goes to the corner asked for; another word is refused, naming
+// the flag.
+func TestPlot_LegendCorner(t *testing.T) {
+	r := &report.Report{Command: "cohort-bench state"}
+	tb := report.NewTable(r, "count", "bytes")
+	tb.Row("10", "100")
+	tb.Row("100", "90")
+	var buf bytes.Buffer
+	if err := r.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "report.json")
+	if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := plotOptions{inputs: []string{in}, x: "count", y: []string{"bytes"}, out: filepath.Join(dir, "p.png")}
+	for _, corner := range []string{"top-left", "top-right", "bottom-left", "bottom-right"} {
+		o.legend = corner
+		if err := drawPlot(o); err != nil {
+			t.Fatalf("--legend %s: %v", corner, err)
+		}
+	}
+	o.legend = "middle"
+	if err := drawPlot(o); err == nil || !strings.Contains(err.Error(), "--legend") {
+		t.Fatalf("--legend middle: %v, want an error naming --legend", err)
 	}
 }

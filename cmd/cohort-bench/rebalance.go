@@ -24,6 +24,7 @@ func newRebalanceCommand(g *globalOptions) *cobra.Command {
 		heartbeatInterval time.Duration
 		watch             string
 		wave              int
+		perConn           int
 	)
 	cmd := &cobra.Command{
 		Use:   "rebalance",
@@ -47,7 +48,11 @@ over rounds: with the in-process cluster it counts the nodes and the
 clients, with --cluster process the clients alone.
 
 The group forms in waves of --form-wave members, each wave joining once the
-group is stable with the ones before.`,
+group is stable with the ones before. --members-per-conn lets members share
+client connections (each still makes every call of its own): an in-process
+cluster holds both ends of every connection, and a member may connect to
+every node, so 10,000 members each on their own would need more open files
+than a default limit allows.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, out io.Writer) error {
@@ -84,7 +89,7 @@ group is stable with the ones before.`,
 				tb := report.NewTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "CPU/member", "generations/round", "form group")
 				for _, n := range ns {
 					for _, off := range watchModes {
-						row, err := rebalanceSize(ctx, t, g, n, wave, rounds, sessionTimeout, heartbeatInterval, off)
+						row, err := rebalanceSize(ctx, t, g, n, wave, perConn, rounds, sessionTimeout, heartbeatInterval, off)
 						if err != nil {
 							tb.Flush() // the sizes measured so far
 							return err
@@ -100,6 +105,7 @@ group is stable with the ones before.`,
 	f := cmd.Flags()
 	f.StringVar(&sizes, "sizes", "10,100,1000", "comma-separated group sizes")
 	f.IntVar(&rounds, "rounds", 5, "new members per size (each one rebalance)")
+	f.IntVar(&perConn, "members-per-conn", 1, "members sharing one client connection (1: each its own, as consumers in processes of their own; more keeps thousands of members within the open-files limit)")
 	f.IntVar(&wave, "form-wave", 1000, "members that join together while the group forms (the next wave starts once the group is stable)")
 	f.Int32Var(&partitions, "partitions", 1024, "partitions of the group's topic")
 	f.DurationVar(&sessionTimeout, "session-timeout", 10*time.Second, "members' session timeout")
@@ -108,7 +114,7 @@ group is stable with the ones before.`,
 	return cmd
 }
 
-func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, wave, rounds int, session, hb time.Duration, disableWatch bool) ([]string, error) {
+func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, wave, perConn, rounds int, session, hb time.Duration, disableWatch bool) ([]string, error) {
 	if wave < 1 {
 		return nil, fmt.Errorf("--form-wave %d: want at least 1", wave)
 	}
@@ -120,6 +126,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, wave, ro
 	f := newFleet(ctx, memberOptions{
 		endpoints: t.addrs, group: group, topics: []string{"rebalance"},
 		sessionTimeout: session, heartbeatInterval: hb, disableWatch: disableWatch, creds: t.member, logger: g.logger(),
+		perConn: perConn,
 	})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
