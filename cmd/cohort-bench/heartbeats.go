@@ -74,19 +74,12 @@ func runHeartbeats(ctx context.Context, out io.Writer, g *globalOptions, o heart
 	if o.conns < 1 {
 		return fmt.Errorf("--conns %d: want at least 1", o.conns)
 	}
-	t, err := g.openTarget(ctx, "")
+	t, conn, err := openWithTopic(ctx, g, "hb", 64)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
-	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
-	if err != nil {
-		return err
-	}
 	defer conn.Close()
-	if err := createTopic(ctx, conn.Topics(), "hb", 64); err != nil {
-		return err
-	}
 	f := newFleet(ctx, memberOptions{
 		endpoints: t.addrs, group: "bench-heartbeats", topics: []string{"hb"},
 		sessionTimeout: 30 * time.Second, heartbeatInterval: 10 * time.Second, creds: t.member, logger: g.logger(),

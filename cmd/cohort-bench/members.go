@@ -244,6 +244,27 @@ func (f *fleet) close(ctx context.Context) {
 	}
 }
 
+// openWithTopic opens the run's cluster (starting it unless --endpoints)
+// and creates topic with partitions through an admin Conn, which it
+// returns for the caller to close with the target.
+func openWithTopic(ctx context.Context, g *globalOptions, topic string, partitions int32) (*target, *client.Conn, error) {
+	t, err := g.openTarget(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
+	if err == nil {
+		if err = createTopic(ctx, conn.Topics(), topic, partitions); err != nil {
+			_ = conn.Close()
+		}
+	}
+	if err != nil {
+		_ = t.Close()
+		return nil, nil, err
+	}
+	return t, conn, nil
+}
+
 // createTopic creates a topic, tolerating one that exists.
 func createTopic(ctx context.Context, topics cohortv1.TopicsClient, name string, partitions int32) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -25,15 +25,7 @@ func TestJSONReportThenPlot(t *testing.T) {
 	tb.Row("10", "off", "1500.00 ms", "1600.00 ms")
 	tb.Row("100", "off", "-", "-")
 	tb.Flush()
-	var buf bytes.Buffer
-	if err := r.Encode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	in := filepath.Join(dir, "report.json")
-	if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, in := writeReport(t, r)
 	o := plotOptions{inputs: []string{in}, x: "members", y: []string{"median"}, series: "watch", out: filepath.Join(dir, "curve.png"), logX: true}
 	names, curves, err := curvePoints(o)
 	if err != nil {
@@ -75,15 +67,7 @@ func TestPlot_LegendCorner(t *testing.T) {
 	tb := report.NewTable(r, "count", "bytes")
 	tb.Row("10", "100")
 	tb.Row("100", "90")
-	var buf bytes.Buffer
-	if err := r.Encode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	in := filepath.Join(dir, "report.json")
-	if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, in := writeReport(t, r)
 	o := plotOptions{inputs: []string{in}, x: "count", y: []string{"bytes"}, out: filepath.Join(dir, "p.png")}
 	for _, corner := range []string{"top-left", "top-right", "bottom-left", "bottom-right"} {
 		o.legend = corner
@@ -95,4 +79,20 @@ func TestPlot_LegendCorner(t *testing.T) {
 	if err := drawPlot(o); err == nil || !strings.Contains(err.Error(), "--legend") {
 		t.Fatalf("--legend middle: %v, want an error naming --legend", err)
 	}
+}
+
+// writeReport writes r as --json would into a new directory and returns
+// the directory and the file.
+func writeReport(t *testing.T, r *report.Report) (dir, file string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := r.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	file = filepath.Join(dir, "report.json")
+	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, file
 }

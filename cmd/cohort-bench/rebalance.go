@@ -71,19 +71,12 @@ than a default limit allows.`,
 						return fmt.Errorf("--watch %q: want on, off or on,off", watch)
 					}
 				}
-				t, err := g.openTarget(ctx, "")
+				t, conn, err := openWithTopic(ctx, g, "rebalance", partitions)
 				if err != nil {
 					return err
 				}
 				defer t.Close()
-				conn, err := client.Dial(client.ConnConfig{Endpoints: t.addrs, Credentials: t.admin, Logger: g.logger()})
-				if err != nil {
-					return err
-				}
 				defer conn.Close()
-				if err := createTopic(ctx, conn.Topics(), "rebalance", partitions); err != nil {
-					return err
-				}
 				fmt.Fprintf(out, "rebalance latency, %s, heartbeat interval %v, session timeout %v, topic of %d partitions, %s\n",
 					t.name(), heartbeatInterval, sessionTimeout, partitions, report.LoadLine())
 				tb := report.NewTable(out, "members", "watch", "rounds", "median", "max", "min", "after last rejoin median", "max", "CPU/member", "generations/round", "form group")
