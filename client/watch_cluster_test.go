@@ -73,7 +73,7 @@ func TestRealCluster_Watch_MembersHearOfRebalanceBeforeAnyHeartbeat(t *testing.T
 	waitFor(t, fmt.Sprintf("four members settled in generation %d", gen+2), func() bool {
 		return settledAt(members, gen+2)
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // time passes: a rebalance nobody asked for would start within it
 	for i, m := range members {
 		if g := m.Generation(); g != gen+2 {
 			t.Fatalf("member %d at generation %d a second after the group settled in %d: a rebalance nobody asked for", i, g, gen+2)

@@ -30,7 +30,7 @@ func TestWatch_OneStreamAcrossGenerations_StaleMessagesIgnored(t *testing.T) {
 	// About generation 0: stale. Sent on the stream (the send returns
 	// once the member's stream took it), it must not start a rejoin.
 	c.watch <- &cohortv1.WatchGroupResponse{Error: cohortv1.ErrorCode_ERROR_CODE_REBALANCE_IN_PROGRESS, Generation: 0}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // time passes: a rejoin on the stale message would start within it
 	if joins := c.count("JoinGroup"); m.Generation() != 1 || joins != 2 {
 		t.Fatalf("after a stale message: generation %d, %d JoinGroup calls; want 1 and 2 (MEMBER_ID_REQUIRED, then the join)", m.Generation(), joins)
 	}
