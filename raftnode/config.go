@@ -125,9 +125,13 @@ type Config struct {
 	// DataDir/node-id (generated when empty); on later starts an empty
 	// NodeID takes the stored one and a different one is an error.
 	NodeID string
-	// DataDir holds node-id, raft/raft.db (log and stable store) and
-	// raft/snapshots/. Required.
+	// DataDir holds node-id, the log and stable store (raft/raft.db, or
+	// raft/wal/) and raft/snapshots/. Required.
 	DataDir string
+	// LogStore is the kind of log store of a new data dir: LogStoreBolt
+	// (also when empty) or LogStoreWAL. An existing data dir keeps the kind
+	// it holds; naming the other kind explicitly is an error (logstore.go).
+	LogStore string
 	// RaftBind is the TCP address the Raft transport listens on. Required.
 	RaftBind string
 	// RaftAdvertise is the address other nodes reach the Raft transport on.
@@ -172,7 +176,7 @@ type Config struct {
 	// from a leader before it stops being fit to serve (Fault).
 	ReadyMaxLastContact time.Duration
 
-	// WrapLogStore, when set, wraps the bolt log store before the node's
+	// WrapLogStore, when set, wraps the log store before the node's
 	// own layers (fault tracking, the cache): a test hook to inject write
 	// failures such as ENOSPC. Nil in production.
 	WrapLogStore func(raft.LogStore) raft.LogStore
@@ -257,6 +261,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is required"))
+	}
+	if err := ValidateLogStore(c.LogStore); err != nil {
+		errs = append(errs, err)
 	}
 	if c.RaftBind == "" {
 		errs = append(errs, errors.New("raft bind address is required"))

@@ -16,7 +16,6 @@ import (
 	"github.com/cohortlabs/cohort/fsm"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -58,7 +57,8 @@ type Node struct {
 	// VerifyLeader has handed its check to raft.
 	testVerifyStarted func()
 	stream            *streamLayer
-	store             *raftboltdb.BoltStore
+	store             logStore
+	logStoreKind      string // LogStoreBolt or LogStoreWAL
 	logCache          *byteLogCache
 
 	// What Fault reports (health.go): recorded write failures and the
@@ -154,12 +154,11 @@ func (n *Node) open() error {
 	cfg := n.cfg
 	hlog := newHCLogAdapter(cfg.Logger.With("node_id", n.id), "raft")
 
-	dbPath := filepath.Join(cfg.DataDir, "raft", "raft.db")
-	store, err := openLogStore(dbPath)
+	store, kind, err := openStore(cfg.DataDir, cfg.LogStore, hlog.Named("wal"))
 	if err != nil {
 		return err
 	}
-	n.store = store
+	n.store, n.logStoreKind = store, kind
 
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 2, hlog.Named("snapshots"))
 	if err != nil {
@@ -243,7 +242,7 @@ func (n *Node) open() error {
 		}
 		return f.Configuration(), nil
 	})
-	n.log.Info("raft started", "raft_address", n.cfg.RaftAdvertise, "raft_tls", cfg.TLS != nil, "data_dir", cfg.DataDir,
+	n.log.Info("raft started", "raft_address", n.cfg.RaftAdvertise, "raft_tls", cfg.TLS != nil, "data_dir", cfg.DataDir, "log_store", kind,
 		"existing_state", n.hadState, "last_index", r.LastIndex())
 	return nil
 }
@@ -260,6 +259,10 @@ func (n *Node) closeResources() {
 		_ = n.store.Close()
 	}
 }
+
+// LogStore is the kind of log store the node runs on: LogStoreBolt or
+// LogStoreWAL.
+func (n *Node) LogStore() string { return n.logStoreKind }
 
 // ID is the node's Raft server ID.
 func (n *Node) ID() string { return n.id }

@@ -30,16 +30,19 @@ func RecoverAsSingleNode(dataDir, raftAddr string, log *slog.Logger) (nodeID str
 	if err := ValidateAdvertise("raft address", raftAddr); err != nil {
 		return "", err
 	}
-	dbPath := filepath.Join(dataDir, "raft", "raft.db")
-	if _, err := os.Stat(dbPath); err != nil {
-		return "", fmt.Errorf("no raft state in %s: %w", dataDir, err)
+	kind, err := DataDirLogStore(dataDir)
+	if err != nil {
+		return "", err
 	}
-	store, err := openLogStore(dbPath)
+	if kind == "" {
+		return "", fmt.Errorf("no raft state in %s: neither raft/raft.db nor raft/wal/ exists", dataDir)
+	}
+	hlog := newHCLogAdapter(log, "raft")
+	store, _, err := openStore(dataDir, kind, hlog.Named("wal"))
 	if err != nil {
 		return "", fmt.Errorf("%w (stop cohortd first)", err)
 	}
 	defer store.Close()
-	hlog := newHCLogAdapter(log, "raft")
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dataDir, "raft"), 2, hlog.Named("snapshots"))
 	if err != nil {
 		return "", fmt.Errorf("open snapshot store in %s: %w", dataDir, err)
