@@ -5,7 +5,7 @@
 # tests, chaos runs or other benchmarks: the reports record the load
 # average before and after each run).
 #
-#   scripts/bench-curves.sh [rebalance|rebalance-large|commits|groups|heartbeats|failover|state|all] [SIZES]
+#   scripts/bench-curves.sh [rebalance|rebalance-large|commits|logstores|groups|heartbeats|failover|state|all] [SIZES]
 #
 # SIZES (the members of rebalance and heartbeats) defaults to 10,100,1000.
 set -euo pipefail
@@ -56,6 +56,23 @@ if [ "$what" = commits ] || [ "$what" = all ]; then
 		--y-label "ops/s" --out "$out/commits.png"
 	$bench plot --in "$out/commits.json" --x C --y "raw p50" --y "p50" --y "p99" --log-x --log-y \
 		--title "Offset commit latency vs concurrency" --y-label "ms" --out "$out/commits-latency.png"
+fi
+if [ "$what" = logstores ] || [ "$what" = all ]; then
+	# The same commits and rebalance runs on each log store (--log-store),
+	# one after the other; raw apply beside the client in each run, so
+	# each store's client/raw ratio is of one run.
+	for store in bolt wal; do
+		$bench --json --log-store "$store" commits --concurrency 1,16,256 --duration 5s > "$out/commits-$store.json"
+		$bench --json --timeout 60m --log-store "$store" rebalance --sizes "$sizes" --rounds 3 --watch on \
+			--heartbeat-interval 3s > "$out/rebalance-$store.json"
+	done
+	$bench plot --in "$out/commits-bolt.json" --label bolt --in "$out/commits-wal.json" --label wal \
+		--x C --y "raw ops/s" --y "client ops/s" --log-x --log-y \
+		--title "Offset commits vs concurrency on each log store" --y-label "ops/s" --out "$out/commits-logstores.png"
+	$bench plot --in "$out/rebalance-bolt.json" --label bolt --in "$out/rebalance-wal.json" --label wal \
+		--x members --y median --log-x --log-y \
+		--title "Rebalance after one member joins, on each log store (watch on)" \
+		--y-label "join → every member assigned, median (ms)" --out "$out/rebalance-logstores.png"
 fi
 if [ "$what" = groups ] || [ "$what" = all ]; then
 	# Standalone committers (--mode conn) spread over N groups, each N

@@ -21,6 +21,7 @@ import (
 	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/internal/benchcluster"
+	"github.com/cohortlabs/cohort/raftnode"
 )
 
 // globalOptions are the flags every subcommand shares.
@@ -40,6 +41,8 @@ type globalOptions struct {
 	// tlsFiles are the caller's certificate for a running cluster
 	// (--endpoints); tlsAdmin the admin certificate, when not that one.
 	tlsFiles, tlsAdmin auth.Files
+	// logStore is the started cluster's log store (raftnode.LogStore*).
+	logStore string
 }
 
 func newRootCommand() *cobra.Command {
@@ -77,6 +80,9 @@ Every run is bounded by --timeout; results are printed as tables, or with
 			if g.cluster != "inprocess" && g.cluster != "process" {
 				return fmt.Errorf("--cluster %q: want inprocess or process", g.cluster)
 			}
+			if err := raftnode.ValidateLogStore(g.logStore); err != nil {
+				return err
+			}
 			return g.checkTLS()
 		},
 	}
@@ -88,6 +94,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 	f.BoolVar(&g.keepDir, "keep-dir", false, "keep the data directory after the run")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	f.StringVar(&g.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --cluster inprocess it includes the nodes)")
+	f.StringVar(&g.logStore, "log-store", "bolt", "log store of the started cluster's nodes: bolt or wal (cohortd's --log-store)")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "log cluster and client events to stderr")
 	f.BoolVar(&g.json, "json", false, "print the results as one JSON document (notes and tables, rows in column order) instead of text")
 	f.BoolVar(&g.tls, "tls", false, "start the cluster with mutual TLS on Raft and gRPC (a throwaway CA; members use a client certificate, admin calls an admin one)")
@@ -161,6 +168,7 @@ type target struct {
 	addrs   []string
 	kind    string                  // "endpoints", "inprocess" or "process"
 	tls     bool                    // callers use TLS with certificates
+	store   string                  // the started cluster's log store; "" with --endpoints
 	cluster benchcluster.Cluster    // nil with --endpoints
 	inproc  *benchcluster.InProcess // set for inprocess
 	// probe's connections carry the admin credentials.
@@ -174,10 +182,14 @@ type target struct {
 
 // name describes the cluster in result headers.
 func (t *target) name() string {
-	if t.tls {
-		return t.kind + " cluster with mutual TLS"
+	n := t.kind + " cluster"
+	if t.store != "" {
+		n += " on the " + t.store + " log store"
 	}
-	return t.kind + " cluster"
+	if t.tls {
+		n += " with mutual TLS"
+	}
+	return n
 }
 
 // dial is a connection of its own to addr with the members' credentials.
@@ -275,7 +287,7 @@ func (g *globalOptions) startTarget(ctx context.Context, kind string, withTLS bo
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	t := &target{kind: kind, tls: withTLS}
+	t := &target{kind: kind, tls: withTLS, store: g.logStore}
 	var pki *benchcluster.PKI
 	if withTLS {
 		var err error
@@ -300,6 +312,7 @@ func (g *globalOptions) startTarget(ctx context.Context, kind string, withTLS bo
 		cc.Logger = g.logger()
 		c, err := benchcluster.StartInProcess(sctx, benchcluster.InProcessOptions{
 			Dir: dir, Coordinator: cc, PKI: pki, Logger: g.logger(),
+			Raft: func(_ int, rc *raftnode.Config) { rc.LogStore = g.logStore },
 		})
 		if err != nil {
 			cleanup()
@@ -308,7 +321,7 @@ func (g *globalOptions) startTarget(ctx context.Context, kind string, withTLS bo
 		t.cluster, t.inproc = c, c
 	case "process":
 		c, err := benchcluster.StartProcesses(sctx, benchcluster.ProcessOptions{
-			Binary: g.cohortd, Dir: dir, Args: []string{"--initial-rebalance-delay=0"}, PKI: pki,
+			Binary: g.cohortd, Dir: dir, Args: []string{"--initial-rebalance-delay=0", "--log-store=" + g.logStore}, PKI: pki,
 		})
 		if err != nil {
 			cleanup()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +192,32 @@ func TestCommitsGroups_RefusesWhatItCannotMeasure(t *testing.T) {
 		root.SetArgs(append([]string{"--endpoints", "127.0.0.1:1", "--timeout", "10s", "commits"}, tc.args...))
 		if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("commits %q: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestCommits_LogStoreFlag_NodesRunOnIt: --log-store wal starts the
+// cluster's nodes on raft-wal (their data dirs hold raft/wal/ and no
+// raft.db), the report says so, and commits go through.
+func TestCommits_LogStoreFlag_NodesRunOnIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	dir := t.TempDir()
+	doc := runBenchJSON(t, "--dir", dir, "--log-store", "wal", "commits", "--mode", "conn", "--concurrency", "2", "--duration", "200ms", "--partitions", "4")
+	if !slices.ContainsFunc(doc.Notes, func(n string) bool { return strings.Contains(n, "on the wal log store") }) {
+		t.Errorf("no note names the wal log store: %q", doc.Notes)
+	}
+	wals, _ := filepath.Glob(filepath.Join(dir, "node*", "raft", "wal"))
+	bolts, _ := filepath.Glob(filepath.Join(dir, "node*", "raft", "raft.db"))
+	if len(wals) != 3 || len(bolts) != 0 {
+		t.Fatalf("data dirs hold %d raft-wal stores and %d raft.db files, want 3 and 0 (%q, %q)", len(wals), len(bolts), wals, bolts)
+	}
+	for _, tb := range doc.Tables {
+		for _, row := range tb.Rows {
+			if slices.Contains(tb.Columns, "commits/s") {
+				tb.positive(t, row, "commits/s")
+			}
 		}
 	}
 }

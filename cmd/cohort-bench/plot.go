@@ -21,6 +21,7 @@ import (
 // plotOptions draw one chart from --json reports.
 type plotOptions struct {
 	inputs     []string
+	labels     []string // labels[i] names the curves of inputs[i]
 	x, series  string
 	y          []string
 	filter     []string
@@ -49,6 +50,7 @@ rows (repeatable). The figures in docs/benchmarks.md are drawn this way.`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&o.inputs, "in", nil, "report files written with --json (repeatable)")
+	f.StringSliceVar(&o.labels, "label", nil, "a name for each --in, in order, put before its curves' names (to compare runs: --in bolt.json --label bolt --in wal.json --label wal)")
 	f.StringVar(&o.x, "x", "", "column for the x axis")
 	f.StringSliceVar(&o.y, "y", nil, "column(s) for the y axis (the first column of that name); several: one curve each")
 	f.StringVar(&o.series, "series", "", "column whose values split the rows into curves (default: one curve)")
@@ -71,7 +73,10 @@ rows (repeatable). The figures in docs/benchmarks.md are drawn this way.`,
 // y columns, grouped by series value (in order of first appearance).
 func curvePoints(o plotOptions) (names []string, curves map[string]plotter.XYs, err error) {
 	curves = map[string]plotter.XYs{}
-	for _, in := range o.inputs {
+	if len(o.labels) > 0 && len(o.labels) != len(o.inputs) {
+		return nil, nil, fmt.Errorf("%d --label for %d --in: give one label per input", len(o.labels), len(o.inputs))
+	}
+	for i, in := range o.inputs {
 		b, err := os.ReadFile(in)
 		if err != nil {
 			return nil, nil, err
@@ -100,6 +105,9 @@ func curvePoints(o plotOptions) (names []string, curves map[string]plotter.XYs, 
 						continue // a cell with no figure ("-")
 					}
 					var name []string
+					if len(o.labels) > 0 {
+						name = append(name, o.labels[i])
+					}
 					if len(o.y) > 1 {
 						name = append(name, y)
 					}

@@ -55,6 +55,14 @@ func TestJSONReportThenPlot(t *testing.T) {
 	if err != nil || fmt.Sprint(names) != "[median, watch on max, watch on]" {
 		t.Fatalf("two y columns: %v %v", names, err)
 	}
+	// Labelled inputs: each input's curves carry its label.
+	names, curves, err = curvePoints(plotOptions{inputs: []string{in, in}, labels: []string{"bolt", "wal"}, x: "members", y: []string{"median"}, series: "watch", filter: []string{"watch=on"}})
+	if err != nil || fmt.Sprint(names) != "[bolt, watch on wal, watch on]" || len(curves["wal, watch on"]) != 2 {
+		t.Fatalf("labelled inputs: %v %v %v", names, curves, err)
+	}
+	if _, _, err := curvePoints(plotOptions{inputs: []string{in, in}, labels: []string{"bolt"}, x: "members", y: []string{"median"}}); err == nil {
+		t.Fatal("one label for two inputs was accepted")
+	}
 	if len(r.Notes) != 1 {
 		t.Fatalf("notes %q, want the one title line", r.Notes)
 	}
