@@ -76,8 +76,8 @@ bench-etcd:
 	$(BIN)/etcd-bench --json $(ETCD_BENCH_FLAGS) > docs/bench/etcd.json.tmp || { rm -f docs/bench/etcd.json.tmp; exit 1; }
 	mv docs/bench/etcd.json.tmp docs/bench/etcd.json
 
-# The log store comparison (issue 14; bench/logstore, a module of its own so
-# raft-wal stays out of go.mod): Cohort's commit rate on a three-node
+# The log store comparison (issue 14; bench/logstore, a module of its own
+# that drives hashicorp/raft directly, below raftnode): Cohort's commit rate on a three-node
 # in-process cluster over a long run with frequent snapshots, on each store
 # of LOGSTORE_STORES in turn, one row per 10 s, as one --json report for
 # cohort-bench plot. Not part of test or CI: by default two 30-minute runs.

@@ -10,7 +10,8 @@
 // Three hashicorp/raft nodes run in this process over loopback TCP with
 // raftnode's settings, Cohort's FSM (package fsm) and Cohort's command
 // encoding: every entry is a one-partition offset commit. It lives in its
-// own module so that raft-wal never enters the product's go.mod. The report
+// own module (it was made one before raft-wal entered the product's go.mod,
+// and drives raft below raftnode). The report
 // has cohort-bench's --json format, so that `cohort-bench plot` overlays
 // the stores' curves.
 package main
