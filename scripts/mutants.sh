@@ -15,7 +15,10 @@
 #   # mutant: the bug, in one line
 #   # kill: arguments to `go test -count=1`, run from the repository root
 #   # chaos: a chaos.mk target, run with --cohortd <mutant> --expect-invalid
-# Every kill line must fail with the bug in; --baseline also runs each on the
+# Every kill line must fail with the bug in. One that passes is run once
+# more: failing then, the mutant is reported FLAKY (its test catches the
+# bug only some of the time: strengthen it) without failing the run;
+# passing again, it survived. --baseline also runs each on the
 # unchanged tree, where it must pass. A kill line that does not build counts
 # as a survivor (the bug must be in the code, not a compile error).
 #
@@ -175,10 +178,22 @@ cmd_run() {
 			for k in "${kills[@]}"; do
 				local r
 				r=$(run_kill "$dir" "$k")
+				if [ "$r" = survived ]; then
+					# Once more: a kill line that catches the bug only
+					# some of the time is a weak test, named as such
+					# (flaky) in the report, not a failed run.
+					echo "   survived by: go test $k; running it again"
+					r=$(run_kill "$dir" "$k")
+					[ "$r" = killed ] && r=flaky
+				fi
 				echo "   $r by: go test $k"
 				case $r in
 				killed) by+=("$k") ;;
-				*) [ "$verdict" = killed ] && verdict=$r ;;
+				flaky)
+					by+=("$k")
+					[ "$verdict" = killed ] && verdict=flaky
+					;;
+				*) verdict=$r ;;
 				esac
 			done
 			if [ $with_chaos -eq 1 ]; then
@@ -197,7 +212,10 @@ cmd_run() {
 		fi
 		(cd "$dir" && git reset -q --hard && git clean -qfd)
 		secs=$(($(date +%s) - start))
-		[ "$verdict" = killed ] || failed=1
+		case $verdict in
+		killed | flaky) ;;
+		*) failed=1 ;;
+		esac
 		echo "   $verdict in ${secs}s"
 		results+=("$(printf '%-44s %-9s %5ss  %s' "$name" "$verdict" "$secs" "$(
 			IFS=';'
@@ -207,6 +225,15 @@ cmd_run() {
 	echo
 	echo "== mutants: ${#results[@]} run"
 	printf '%s\n' "${results[@]}"
+	# What needs a look, last, where a truncated log still shows it.
+	local r
+	for r in "${results[@]}"; do
+		case $(awk '{print $2}' <<<"$r") in
+		killed) ;;
+		flaky) echo "mutants: FLAKY (killed only on a second run; strengthen its test): $r" ;;
+		*) echo "mutants: FAILED: $r" ;;
+		esac
+	done
 	if [ $failed -ne 0 ]; then
 		echo "mutants: some survived or could not be judged" >&2
 		return 1
@@ -242,6 +269,8 @@ run_shards() {
 	for i in "${!pids[@]}"; do
 		cat "$logs/$i.log"
 	done
+	# Every shard's verdicts needing a look, together at the very end.
+	cat "$logs"/*.log | grep -E '^mutants: (FLAKY|FAILED)' || true
 	rm -rf "$logs"
 	if [ $failed -ne 0 ]; then
 		echo "mutants: some survived or could not be judged" >&2
