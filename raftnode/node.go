@@ -50,9 +50,11 @@ type Node struct {
 
 	raft      *raft.Raft
 	transport *commitObservingTransport
-	// rules is the command rules proposals are stamped with (rules.go).
-	rules  atomic.Uint32
-	halter *halter
+	// rules is the command rules proposals are stamped with (rules.go);
+	// rulesMu orders its refreshes, so the last computed is the one kept.
+	rules   atomic.Uint32
+	rulesMu sync.Mutex
+	halter  *halter
 	// testVerifyStarted, set by tests only, runs once each round of
 	// VerifyLeader has handed its check to raft.
 	testVerifyStarted func()
@@ -345,6 +347,11 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult,
 		return nil, fmt.Errorf("apply %T: unexpected FSM response %T", cmd.GetKind(), future.Response())
 	}
 	n.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	if _, ok := cmd.GetKind().(*fsmv1.Command_RegisterNode); ok && res.Err == nil {
+		// A server stated the rules it applies: the ones to write under
+		// may rise now rather than at the next refresh.
+		n.refreshRules()
+	}
 	return res, nil
 }
 

@@ -17,7 +17,8 @@ import (
 // than diverge, at an entry under rules newer than its binary knows.
 
 // rulesRefreshInterval is how often the node recomputes the rules it
-// writes under; a server's registration raises them at most this late.
+// writes under, for configuration changes; a server's registration,
+// applied through this node, recomputes them at once.
 const rulesRefreshInterval = 250 * time.Millisecond
 
 // ErrHalted: the node met a log entry it cannot apply and stopped applying.
@@ -33,6 +34,8 @@ func (n *Node) MaxCommandRules() uint32 { return n.fsm.MaxRules() }
 // refreshRules recomputes CommandRules from the configuration and the
 // node registry.
 func (n *Node) refreshRules() {
+	n.rulesMu.Lock()
+	defer n.rulesMu.Unlock()
 	c, err := n.Configuration()
 	if err != nil || len(c.Servers) == 0 {
 		return

@@ -57,6 +57,10 @@ func fuzzClusterMethod[Req proto.Message](f *testing.F, call func(ctx context.Co
 		f.Add(ab, bb)
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
+		// Each input has a cluster of its own, which mostly waits (for
+		// an election, a call's deadline): replaying the kept inputs
+		// (`go test`) runs them side by side. Fuzzing ignores it.
+		t.Parallel()
 		c := fuzzCluster(t)
 		cl := cohortv1.NewClusterServiceClient(c.Conn(0))
 		for _, data := range [][]byte{a, b} {
@@ -64,7 +68,7 @@ func fuzzClusterMethod[Req proto.Message](f *testing.F, call func(ctx context.Co
 			if proto.Unmarshal(data, req) != nil {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			_ = call(ctx, cl, req)
 			cancel()
 		}
@@ -176,6 +180,7 @@ func FuzzClusterSnapshotRestore(f *testing.F) {
 		f.Add(ab, bb)
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
+		t.Parallel() // as in fuzzClusterMethod
 		c := fuzzCluster(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
