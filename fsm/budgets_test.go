@@ -184,3 +184,52 @@ func TestCreateTopic_RebalancesGroupsSubscribedToIt(t *testing.T) {
 		}
 	}
 }
+
+// Rules 4 calibrate the state estimate: every member counts
+// memberCalibration bytes more and every group groupCalibration more, so
+// that the state-bytes budget bounds the heap it names. The same state
+// figures that much more under rules 4 than under rules 3; a join or a
+// commit that creates a member or a group is held to the calibrated
+// figure; growth that creates neither (an offset overwritten) is not
+// charged; and a log written under rules 3 keeps its outcomes.
+func TestBudgets_Rules4_StateEstimateCountsMembersAndGroupsAtTheirHeap(t *testing.T) {
+	// The usage figures under the newest rules the state has seen; the
+	// harness's budget command is under today's, so both builds are read
+	// under rules 4 by Usage: read each under its own rules.
+	build := func(v uint32) (*harness, int64) {
+		h := budgeted(t, DefaultBudgets())
+		h.ok(under(v, at(1, createTopic{"t", 4})))
+		for i := range 3 {
+			h.ok(under(v, at(2, join{group: fmt.Sprintf("g%d", i), member: "a", topics: []string{"t"}, newMember: true})))
+			h.ok(under(v, at(2, join{group: fmt.Sprintf("g%d", i), member: "b", topics: []string{"t"}, newMember: true})))
+		}
+		h.ok(under(v, at(3, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0}, offset: 1})))
+		return h, h.f.state.estimateUnder(v)
+	}
+	_, v3 := build(3)
+	h, v4 := build(4)
+	const members, groups = 6, 4 // g0..g2 with a and b each; solo
+	if want := v3 + members*memberCalibration + groups*groupCalibration; v4 != want {
+		t.Fatalf("state estimate under rules 4 is %d, want rules 3's %d + %d members × %d + %d groups × %d = %d",
+			v4, v3, members, memberCalibration, groups, groupCalibration, want)
+	}
+
+	// A budget with room for one more member under rules 3's figure but
+	// not under rules 4's: the join is refused under 4 and applies under 3.
+	m := join{group: "g0", member: "c", topics: []string{"t"}, newMember: true}
+	spec := memberBytes(&Member{ID: "c", Protocols: []Protocol{{Name: "range"}}, Topics: []string{"t"}})
+	low := DefaultBudgets()
+	low.StateBytes = v4 + spec + memberCalibration/2
+	h.ok(SetBudgetsCommand(low))
+	wantRefusal(t, h.refused(under(4, at(4, m)), errcode.BudgetExceeded).Err, errcode.BudgetExceeded, "budget state-bytes")
+	h.ok(under(3, at(4, m)))
+
+	// A commit into a new group pays for the group under rules 4; one
+	// that only overwrites an offset of an existing group does not grow.
+	tight := DefaultBudgets()
+	tight.StateBytes = h.f.state.estimateUnder(4) + 300
+	h.ok(SetBudgetsCommand(tight))
+	wantRefusal(t, h.refused(under(4, at(5, commit{group: "solo2", generation: -1, topic: "t", partitions: []int32{0}, offset: 1})), errcode.BudgetExceeded).Err,
+		errcode.BudgetExceeded, "budget state-bytes")
+	h.ok(under(4, at(5, commit{group: "solo", generation: -1, topic: "t", partitions: []int32{0}, offset: 2})))
+}
