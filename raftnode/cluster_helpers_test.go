@@ -259,3 +259,25 @@ func commitOffsets(group string, generation int32, member, topic string, offset 
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// followerOf is a node of c other than leader.
+func (c *testCluster) followerOf(leader *testNode) *testNode {
+	for _, tn := range c.nodes {
+		if tn != leader {
+			return tn
+		}
+	}
+	c.t.Fatal("the cluster has no follower")
+	return nil
+}
+
+// runningWith is c's nodes with old replaced by its restarted self.
+func (c *testCluster) runningWith(old, restarted *testNode) []*testNode {
+	running := []*testNode{restarted}
+	for _, tn := range c.nodes {
+		if tn != old {
+			running = append(running, tn)
+		}
+	}
+	return running
+}

@@ -30,13 +30,7 @@ func TestLogStore_WALCluster_CommitsSnapshotsAndRestarts(t *testing.T) {
 	if err := leader.node.Snapshot(t.Context()); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	var follower *testNode
-	for _, tn := range c.nodes {
-		if tn != leader {
-			follower = tn
-			break
-		}
-	}
+	follower := c.followerOf(leader)
 	follower.crash()
 	for i := 30; i < 60; i++ {
 		leader.apply(t, createTopic(fmt.Sprintf("t%02d", i), 2))
@@ -45,13 +39,7 @@ func TestLogStore_WALCluster_CommitsSnapshotsAndRestarts(t *testing.T) {
 	if !back.node.HadExistingState() || back.node.LogStore() != LogStoreWAL {
 		t.Fatalf("restarted follower: existing state %v, log store %q; want true, wal", back.node.HadExistingState(), back.node.LogStore())
 	}
-	running := []*testNode{back}
-	for _, tn := range c.nodes {
-		if tn != follower {
-			running = append(running, tn)
-		}
-	}
-	waitConverged(t, leader, running...)
+	waitConverged(t, leader, c.runningWith(follower, back)...)
 	if s := back.fsm.Stats(); s.Topics != 60 {
 		t.Fatalf("restarted follower holds %d topics, want 60", s.Topics)
 	}
@@ -203,13 +191,7 @@ func TestLogStore_WALFollowerWithDamagedTail_CatchesUpFromTheLeader(t *testing.T
 		leader.apply(t, createTopic(fmt.Sprintf("t%02d", i), 2))
 	}
 	waitConverged(t, leader, c.nodes...)
-	var follower *testNode
-	for _, tn := range c.nodes {
-		if tn != leader {
-			follower = tn
-			break
-		}
-	}
+	follower := c.followerOf(leader)
 	before := follower.node.LastIndex()
 	follower.stop()
 	segments, err := filepath.Glob(filepath.Join(follower.cfg.DataDir, "raft", "wal", "*.wal"))
@@ -245,13 +227,7 @@ func TestLogStore_WALFollowerWithDamagedTail_CatchesUpFromTheLeader(t *testing.T
 	for i := 40; i < 45; i++ {
 		leader.apply(t, createTopic(fmt.Sprintf("t%02d", i), 2))
 	}
-	running := []*testNode{back}
-	for _, tn := range c.nodes {
-		if tn != follower {
-			running = append(running, tn)
-		}
-	}
-	waitConverged(t, leader, running...)
+	waitConverged(t, leader, c.runningWith(follower, back)...)
 	if s := back.fsm.Stats(); s.Topics != 45 {
 		t.Fatalf("the follower holds %d topics after catching up, want 45", s.Topics)
 	}
