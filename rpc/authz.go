@@ -24,7 +24,13 @@ const principalKey = "cohort-principal"
 
 // trustedKeys are the metadata keys only a node may set: the leader acts
 // on them on the original caller's behalf.
-var trustedKeys = []string{forwardedKey, clientHostKey, principalKey}
+var trustedKeys = []string{forwardedKey, clientHostKey, principalKey, plaintextCallerKey}
+
+// plaintextCallerKey: a node in permissive mode forwards the call of a
+// caller it served as before (plaintext, no credentials); a leader in
+// permissive mode serves it as before too, and one that left permissive
+// mode judges it as the vouching node's own call.
+const plaintextCallerKey = "cohort-plaintext-caller"
 
 // Security is how a node authenticates its callers and itself. The zero
 // value is the open mode of a development node on loopback: plaintext,
@@ -171,7 +177,16 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) (context
 	if err != nil {
 		return nil, err
 	}
+	if a.sec.Permissive && forwardedPlaintextCaller(ctx) {
+		return ctx, nil // such a caller, forwarded by a node
+	}
 	return ctx, authorize(auth.FromContext(ctx), method, req)
+}
+
+// forwardedPlaintextCaller: a node (authenticate keeps the trusted keys
+// only on a node's call) forwards a plaintext caller it served as before.
+func forwardedPlaintextCaller(ctx context.Context) bool {
+	return auth.FromContext(ctx).Role == auth.RoleNode && metadataValue(ctx, plaintextCallerKey) != ""
 }
 
 // RevealsMemberIDs reports whether the caller may see other members' IDs
@@ -181,7 +196,7 @@ func (a *Authorizer) RevealsMemberIDs(ctx context.Context) bool {
 	if a == nil || !a.sec.Enforced() || auth.FromContext(ctx).Role == auth.RoleAdmin {
 		return true
 	}
-	return a.sec.Permissive && overPlaintext(ctx) && metadataValue(ctx, AuthorizationHeader) == ""
+	return a.sec.Permissive && (overPlaintext(ctx) && metadataValue(ctx, AuthorizationHeader) == "" || forwardedPlaintextCaller(ctx))
 }
 
 // authenticate finds the caller: a forwarded caller vouched for by a node,

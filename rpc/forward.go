@@ -75,6 +75,9 @@ type Forwarder struct {
 	// node that vouches, unless in permissive mode, where the leader may
 	// not have moved to TLS yet).
 	dropAuthorization bool
+	// permissive: this node serves plaintext callers as before
+	// (Security.Permissive) and says so of those it forwards.
+	permissive bool
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -187,6 +190,11 @@ func (f *Forwarder) outgoing(ctx context.Context) context.Context {
 	}
 	if a := metadataValue(ctx, AuthorizationHeader); !f.dropAuthorization && a != "" {
 		md.Set(AuthorizationHeader, a)
+	}
+	if f.permissive && f.vouches && (overPlaintext(ctx) && metadataValue(ctx, AuthorizationHeader) == "" || forwardedPlaintextCaller(ctx)) {
+		// Served as before here; over TLS the leader would otherwise
+		// judge this node's own certificate.
+		md.Set(plaintextCallerKey, "1")
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }

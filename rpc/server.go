@@ -151,6 +151,7 @@ func NewServer(e *coordinator.Engine, cl *cluster.Cluster, sec Security, log *sl
 	fwd := NewForwarder(cl, Services, localClusterMethods, log, sec.DialOptions()...)
 	fwd.vouches = sec.actsAsNode()
 	fwd.dropAuthorization = fwd.vouches && !sec.Permissive
+	fwd.permissive = sec.Permissive
 	return &Server{
 		Forwarder: fwd,
 		Authz:     NewAuthorizer(sec),

@@ -680,6 +680,23 @@ func TestProcess_TLS_MigrationFromPlaintext_RollingRestarts(t *testing.T) {
 	for _, id := range ids {
 		restart(id)
 	}
+	// Every node is permissive now, so a follower forwards over TLS. A
+	// plaintext caller it serves as before stays served as before on the
+	// leader, rather than judged as the follower's own certificate
+	// (which may not create topics).
+	leaderNow := c.waitVoters(ids...)
+	for _, id := range ids {
+		if id == leaderNow.GetLeaderId() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cohortv1.NewTopicsClient(c.conn(c.nodes[id].grpcAddr, "admin")).CreateTopic(ctx,
+			&cohortv1.CreateTopicRequest{Name: "via-follower-" + id, Partitions: 1})
+		cancel()
+		if err != nil {
+			t.Fatalf("a plaintext call through follower %s (leader %s): %v", id, leaderNow.GetLeaderId(), err)
+		}
+	}
 	// Every node serves both now: the clients move to TLS.
 	plainLoad.pause()
 	plainAcked := plainLoad.acked
