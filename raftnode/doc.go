@@ -1,6 +1,6 @@
 // Package raftnode runs one Cohort server's Raft replica: hashicorp/raft
-// with its log and stable store in one raft-boltdb/v2 file or in raft-wal
-// (logstore.go), a file snapshot store, a TCP transport, and the node's persisted identity.
+// with its log and stable store in one raft-boltdb/v2 file (raft-wal is
+// carried but withdrawn: logstore.go), a file snapshot store, a TCP transport, and the node's persisted identity.
 //
 // It owns the adapter between raft.FSM and the pure *fsm.FSM: commands are
 // protobuf fsmv1.Command values, applied through Node.Apply, which names

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +10,51 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/fsm"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
+
+// The wal kind is withdrawn from cohortd (walUsable); this package's
+// tests exercise it regardless, for the day a fixed raft-wal lifts that.
+func init() { walUsable = true }
+
+// The defect the wal kind is withdrawn for, on the library alone: raft
+// truncates a log's tail (a follower's conflicting entries), the store is
+// closed and opened again, and the log cannot be read. When this test
+// fails, the raft-wal in go.mod has the defect fixed: make walUsable true
+// and run the chaos suite on wal (cohort-chaos passes cohortd flags).
+func TestWAL_TailTruncation_ReopenFails(t *testing.T) {
+	dir := t.TempDir()
+	w, err := openWAL(dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("x")})
+	}
+	if err := w.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DeleteRange(8, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs([]*raft.Log{{Index: 8, Term: 2, Type: raft.LogCommand, Data: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = openWAL(dir, hclog.NewNullLogger())
+	if err == nil || !strings.Contains(err.Error(), "sealed segment has no index block") {
+		t.Fatalf("reopening after a tail truncation: %v; raft-wal no longer has the defect the wal kind is withdrawn for: lift walUsable", err)
+	}
+	walUsable = false
+	defer func() { walUsable = true }()
+	if err := ValidateLogStore(LogStoreWAL); !errors.Is(err, errWALWithdrawn) {
+		t.Fatalf("ValidateLogStore(wal) while withdrawn: %v", err)
+	}
+}
 
 // A cluster on raft-wal commits, snapshots (which truncates the log), and
 // a follower that crashed comes back from its own log and catches up.

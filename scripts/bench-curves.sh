@@ -60,7 +60,9 @@ fi
 if [ "$what" = logstores ] || [ "$what" = all ]; then
 	# The same commits and rebalance runs on each log store (--log-store),
 	# one after the other; raw apply beside the client in each run, so
-	# each store's client/raw ratio is of one run.
+	# each store's client/raw ratio is of one run. The wal runs need the
+	# wal kind, withdrawn for now (raftnode/logstore.go, walUsable): this
+	# block fails until it is back.
 	for store in bolt wal; do
 		$bench --json --log-store "$store" commits --concurrency 1,16,256 --duration 5s > "$out/commits-$store.json"
 		$bench --json --timeout 60m --log-store "$store" rebalance --sizes "$sizes" --rounds 3 --watch on \

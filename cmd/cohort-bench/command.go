@@ -94,7 +94,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 	f.BoolVar(&g.keepDir, "keep-dir", false, "keep the data directory after the run")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	f.StringVar(&g.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --cluster inprocess it includes the nodes)")
-	f.StringVar(&g.logStore, "log-store", "bolt", "log store of the started cluster's nodes: bolt or wal (cohortd's --log-store)")
+	f.StringVar(&g.logStore, "log-store", "bolt", "log store of the started cluster's nodes: bolt, or wal (cohortd's --log-store; wal is withdrawn for now, raftnode/logstore.go)")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "log cluster and client events to stderr")
 	f.BoolVar(&g.json, "json", false, "print the results as one JSON document (notes and tables, rows in column order) instead of text")
 	f.BoolVar(&g.tls, "tls", false, "start the cluster with mutual TLS on Raft and gRPC (a throwaway CA; members use a client certificate, admin calls an admin one)")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -196,28 +195,24 @@ func TestCommitsGroups_RefusesWhatItCannotMeasure(t *testing.T) {
 	}
 }
 
-// TestCommits_LogStoreFlag_NodesRunOnIt: --log-store wal starts the
-// cluster's nodes on raft-wal (their data dirs hold raft/wal/ and no
-// raft.db), the report says so, and commits go through.
-func TestCommits_LogStoreFlag_NodesRunOnIt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster")
+// TestCommits_LogStoreFlag: --log-store wal is refused while the kind is
+// withdrawn (raftnode/logstore.go), with raftnode's reason, before any
+// cluster starts.
+func TestCommits_LogStoreFlag(t *testing.T) {
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"--dir", t.TempDir(), "--log-store", "wal", "commits", "--duration", "100ms"})
+	err := root.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "withdrawn") {
+		t.Fatalf("--log-store wal: %v, want the withdrawal", err)
 	}
-	dir := t.TempDir()
-	doc := runBenchJSON(t, "--dir", dir, "--log-store", "wal", "commits", "--mode", "conn", "--concurrency", "2", "--duration", "200ms", "--partitions", "4")
-	if !slices.ContainsFunc(doc.Notes, func(n string) bool { return strings.Contains(n, "on the wal log store") }) {
-		t.Errorf("no note names the wal log store: %q", doc.Notes)
-	}
-	wals, _ := filepath.Glob(filepath.Join(dir, "node*", "raft", "wal"))
-	bolts, _ := filepath.Glob(filepath.Join(dir, "node*", "raft", "raft.db"))
-	if len(wals) != 3 || len(bolts) != 0 {
-		t.Fatalf("data dirs hold %d raft-wal stores and %d raft.db files, want 3 and 0 (%q, %q)", len(wals), len(bolts), wals, bolts)
-	}
-	for _, tb := range doc.Tables {
-		for _, row := range tb.Rows {
-			if slices.Contains(tb.Columns, "commits/s") {
-				tb.positive(t, row, "commits/s")
-			}
-		}
+	root = newRootCommand()
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"--log-store", "rocksdb", "commits"})
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), `log store "rocksdb"`) {
+		t.Fatalf("--log-store rocksdb: %v", err)
 	}
 }

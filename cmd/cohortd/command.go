@@ -84,7 +84,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	r, c := &o.raft, &o.cluster
 	f.StringVar(&r.NodeID, "node-id", "", "Raft server ID; stored in the data dir on first start (generated when empty)")
 	f.StringVar(&r.DataDir, "data-dir", "./data", "directory for the node ID, the raft log and snapshots")
-	f.StringVar(&r.LogStore, "log-store", "", "log store of a new data dir: bolt (raft-boltdb) or wal (raft-wal, about twice the commit rate); an existing data dir keeps its own (default: the data dir's, bolt when new)")
+	f.StringVar(&r.LogStore, "log-store", "", "log store of a new data dir: bolt (raft-boltdb); wal (raft-wal) is withdrawn until a fixed raft-wal is available (docs/operations.md); an existing data dir keeps its own (default: the data dir's, bolt when new)")
 	f.StringVar(&r.RaftBind, "raft-addr", "127.0.0.1:7001", "address the Raft transport listens on")
 	f.StringVar(&r.RaftAdvertise, "raft-advertise", "", "address other nodes reach the Raft transport on (default: --raft-addr)")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9001", "address the gRPC server listens on")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,8 +34,7 @@ func (n *procNode) start(t *testing.T, bin string) {
 // cohortd processes and three client members; kill -9 of the leader's
 // process changes no member's generation or assignment, every commit made
 // before it is readable, commits resume on the new leader, and the killed
-// node restarts from its data dir as a follower. The nodes run on both log
-// stores (node1 and node3 on raft-wal, node2 on bolt).
+// node restarts from its data dir as a follower.
 func TestProcess_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the cohortd binary")
@@ -56,9 +54,6 @@ func TestProcess_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 			"--raft-addr", proc.LoopbackAddr(ports[3*i+1]), "--grpc-addr", n.grpc, "--http-addr", n.http,
 			"--bootstrap-expect", "3", "--join", strings.Join(join, ","),
 			"--initial-rebalance-delay", "300ms", "--min-session-timeout", "1s",
-		}
-		if i != 1 {
-			n.args = append(n.args, "--log-store", "wal")
 		}
 		n.start(t, bin)
 		nodes[i] = n
@@ -168,8 +163,7 @@ func TestProcess_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 		t.Fatalf("after failover: %v %v, want generation %d", described, err, gen)
 	}
 
-	// The killed node restarts from its data dir and follows (on the log
-	// store it holds: the flag it was started with stays).
+	// The killed node restarts from its data dir and follows.
 	nodes[leader].start(t, bin)
 	proc.WaitFor(t, 30*time.Second, "the restarted node to be ready", func() (bool, string) {
 		code, body := httpGet(ctx, "http://"+nodes[leader].http+"/readyz")
@@ -191,19 +185,6 @@ func TestProcess_KillLeader_MembersKeepGenerationAndCommits(t *testing.T) {
 			}
 			return true, ""
 		})
-	}
-	for i, n := range nodes {
-		want, other := "wal", "raft.db"
-		if i == 1 {
-			want, other = "raft.db", "wal"
-		}
-		raftDir := filepath.Join(dir, n.id, "raft")
-		if _, err := os.Stat(filepath.Join(raftDir, want)); err != nil {
-			t.Errorf("%s: no %s log store: %v", n.id, want, err)
-		}
-		if _, err := os.Stat(filepath.Join(raftDir, other)); err == nil {
-			t.Errorf("%s holds a %s beside its %s", n.id, other, want)
-		}
 	}
 }
 
