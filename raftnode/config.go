@@ -129,8 +129,9 @@ type Config struct {
 	// raft/wal/) and raft/snapshots/. Required.
 	DataDir string
 	// LogStore is the kind of log store of a new data dir: LogStoreBolt
-	// (also when empty) or LogStoreWAL. An existing data dir keeps the kind
-	// it holds; naming the other kind explicitly is an error (logstore.go).
+	// (also when empty), or LogStoreWAL, which is refused while withdrawn
+	// (logstore.go, walUsable). An existing data dir keeps the kind it
+	// holds; naming the other kind explicitly is an error.
 	LogStore string
 	// RaftBind is the TCP address the Raft transport listens on. Required.
 	RaftBind string
