@@ -20,8 +20,9 @@ import (
 // member replaced while its group completes a rebalance starts the round
 // again. Version 4: the state estimate that the state-bytes budget counts
 // is calibrated against the measured heap per member and per group
-// (calibratedBytes).
-const CommandVersion = 4
+// (calibratedBytes). Version 5: a node's registration records its Kafka
+// listener address (RegisterNode.kafka_address; ignored before).
+const CommandVersion = 5
 
 // Budgets bound the replicated state. They are part of the state (set by a
 // SetBudgets command, carried in snapshots), so every replica enforces the
@@ -375,7 +376,7 @@ func groupBytes(id, protocolType string) int64 {
 func topicBytes(name string) int64 { return int64(topicOverhead + len(name)) }
 
 func nodeBytes(n Node) int64 {
-	return int64(nodeOverhead + len(n.ID) + len(n.GRPCAddress) + len(n.RaftAddress))
+	return int64(nodeOverhead + len(n.ID) + len(n.GRPCAddress) + len(n.RaftAddress) + len(n.KafkaAddress))
 }
 
 // measureAll computes every size figure, and every group's derived

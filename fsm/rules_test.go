@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cohortlabs/cohort/errcode"
@@ -216,5 +217,55 @@ func TestRules3_AStaticMemberReplacedWhileCompletingRebalanceRestartsTheRound(t 
 				t.Fatalf("rules 3: after a rejoined: %s generation %d", g.State, g.Generation)
 			}
 		}
+	}
+}
+
+// Rules 5: a registration records the node's Kafka listener address. Under
+// rules 4 the field is ignored, so a replica whose binary knows it and
+// one whose binary does not record the same registry.
+func TestRules5_ARegistrationRecordsTheKafkaAddress(t *testing.T) {
+	register := func(id, kafka string) *fsmv1.Command {
+		cmd := at(1, registerNode{id, "127.0.0.1:1", "127.0.0.1:2"})
+		cmd.GetRegisterNode().KafkaAddress = kafka
+		return cmd
+	}
+	for _, rules := range []uint32{4, 5} {
+		h := newHarness(t)
+		h.ok(under(rules, register("n1", "127.0.0.1:9092")))
+		h.ok(under(rules, register("n2", "")))
+		want := map[uint32]string{4: "", 5: "127.0.0.1:9092"}[rules]
+		n := h.f.Nodes()
+		if len(n) != 2 || n[0].KafkaAddress != want || n[1].KafkaAddress != "" {
+			t.Fatalf("rules %d: registry %+v, want n1 with Kafka address %q and n2 with none", rules, n, want)
+		}
+		restored := New()
+		if err := restored.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+			t.Fatal(err)
+		}
+		if n := restored.Nodes(); len(n) != 2 || n[0].KafkaAddress != want {
+			t.Fatalf("rules %d: restored registry %+v, want n1 with Kafka address %q", rules, n, want)
+		}
+		if rules == 5 {
+			// Registering again without one says the listener is gone.
+			h.ok(under(rules, register("n1", "")))
+			if n := h.f.Nodes(); n[0].KafkaAddress != "" {
+				t.Fatalf("rules 5: n1 re-registered without a Kafka address still has %q", n[0].KafkaAddress)
+			}
+		}
+	}
+}
+
+func TestRules5_AnInvalidKafkaAddressIsRefused(t *testing.T) {
+	h := newHarness(t)
+	cmd := at(1, registerNode{"n1", "127.0.0.1:1", "127.0.0.1:2"})
+	cmd.GetRegisterNode().KafkaAddress = strings.Repeat("k", MaxNameLength+1)
+	res := h.refused(under(5, cmd), errcode.InvalidArgument)
+	if !strings.Contains(res.Err.Error(), "kafka_address") {
+		t.Fatalf("refusal %q does not name kafka_address", res.Err)
+	}
+	// Under rules 4 the field is not read, so it cannot refuse anything.
+	h.ok(under(4, cmd))
+	if n := h.f.Nodes(); len(n) != 1 || n[0].KafkaAddress != "" {
+		t.Fatalf("rules 4: registry %+v, want n1 without a Kafka address", n)
 	}
 }

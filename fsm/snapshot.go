@@ -53,7 +53,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Budgets{Budgets: st.budgets.Proto()}})
 	}
 	for _, n := range st.sortedNodes() {
-		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Node{Node: &fsmv1.Node{NodeId: n.ID, GrpcAddress: n.GRPCAddress, RaftAddress: n.RaftAddress, MaxCommandVersion: n.MaxCommandVersion}}})
+		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Node{Node: &fsmv1.Node{NodeId: n.ID, GrpcAddress: n.GRPCAddress, RaftAddress: n.RaftAddress, MaxCommandVersion: n.MaxCommandVersion, KafkaAddress: n.KafkaAddress}}})
 		tr.Nodes++
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.topics)) {
@@ -144,7 +144,7 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 		if n.GetNodeId() == "" {
 			return errors.New("node record without node_id")
 		}
-		s.nodes[n.GetNodeId()] = Node{ID: n.GetNodeId(), GRPCAddress: n.GetGrpcAddress(), RaftAddress: n.GetRaftAddress(), MaxCommandVersion: n.GetMaxCommandVersion()}
+		s.nodes[n.GetNodeId()] = Node{ID: n.GetNodeId(), GRPCAddress: n.GetGrpcAddress(), RaftAddress: n.GetRaftAddress(), MaxCommandVersion: n.GetMaxCommandVersion(), KafkaAddress: n.GetKafkaAddress()}
 		counts.Nodes++
 	case *fsmv1.SnapshotRecord_Topic:
 		t := k.Topic

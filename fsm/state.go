@@ -295,6 +295,9 @@ type Node struct {
 	// applies, as it last said (0: never said, a binary older than the
 	// field, which applies version 1).
 	MaxCommandVersion uint32
+	// KafkaAddress is the node's Kafka listener address as clients reach
+	// it; empty: no Kafka listener, or registered under rules before 5.
+	KafkaAddress string
 }
 
 // State is the whole replicated state. It is changed only through apply.

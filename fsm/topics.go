@@ -106,6 +106,16 @@ func (s *State) registerNode(c *fsmv1.RegisterNode) *ApplyResult {
 		return fail(err)
 	}
 	n := Node{ID: c.GetNodeId(), GRPCAddress: c.GetGrpcAddress(), RaftAddress: c.GetRaftAddress(), MaxCommandVersion: c.GetMaxCommandVersion()}
+	if s.rules >= 5 {
+		// Before rules 5 the field is ignored, so a replica that knows it
+		// and one that does not stay identical.
+		if k := c.GetKafkaAddress(); k != "" {
+			if err := checkName("kafka_address", k); err != nil {
+				return fail(err)
+			}
+			n.KafkaAddress = k
+		}
+	}
 	if err := s.checkNodeGrowth(n); err != nil {
 		return fail(err)
 	}

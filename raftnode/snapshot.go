@@ -120,7 +120,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, size int64) (uin
 			continue
 		}
 		_, err := n.Apply(ctx, &fsmv1.Command{Kind: &fsmv1.Command_RegisterNode{RegisterNode: &fsmv1.RegisterNode{
-			NodeId: node.ID, GrpcAddress: node.GRPCAddress, RaftAddress: node.RaftAddress, MaxCommandVersion: node.MaxCommandVersion,
+			NodeId: node.ID, GrpcAddress: node.GRPCAddress, RaftAddress: node.RaftAddress, MaxCommandVersion: node.MaxCommandVersion, KafkaAddress: node.KafkaAddress,
 		}}})
 		if err != nil {
 			return 0, fmt.Errorf("restored, but re-registering node %s failed (restart it to register again): %w", node.ID, err)

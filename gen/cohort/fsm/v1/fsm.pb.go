@@ -1671,8 +1671,11 @@ type RegisterNode struct {
 	// value (a registration by an admin, or by a binary older than the
 	// field).
 	MaxCommandVersion uint32 `protobuf:"varint,4,opt,name=max_command_version,json=maxCommandVersion,proto3" json:"max_command_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The node's Kafka listener address as clients reach it; empty: no Kafka
+	// listener. Recorded under command rules 5 and later, ignored before.
+	KafkaAddress  string `protobuf:"bytes,5,opt,name=kafka_address,json=kafkaAddress,proto3" json:"kafka_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterNode) Reset() {
@@ -1731,6 +1734,13 @@ func (x *RegisterNode) GetMaxCommandVersion() uint32 {
 		return x.MaxCommandVersion
 	}
 	return 0
+}
+
+func (x *RegisterNode) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
+	}
+	return ""
 }
 
 type SnapshotHeader struct {
@@ -2148,8 +2158,11 @@ type Node struct {
 	GrpcAddress       string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
 	RaftAddress       string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	MaxCommandVersion uint32                 `protobuf:"varint,4,opt,name=max_command_version,json=maxCommandVersion,proto3" json:"max_command_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The node's Kafka listener address; empty: none (or registered under
+	// command rules older than 5).
+	KafkaAddress  string `protobuf:"bytes,5,opt,name=kafka_address,json=kafkaAddress,proto3" json:"kafka_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2208,6 +2221,13 @@ func (x *Node) GetMaxCommandVersion() uint32 {
 		return x.MaxCommandVersion
 	}
 	return 0
+}
+
+func (x *Node) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
+	}
+	return ""
 }
 
 type SnapshotRecord struct {
@@ -2549,12 +2569,13 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
-	"partitions\"\x9d\x01\n" +
+	"partitions\"\xc2\x01\n" +
 	"\fRegisterNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
-	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\"M\n" +
+	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\x12#\n" +
+	"\rkafka_address\x18\x05 \x01(\tR\fkafkaAddress\"M\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x14\n" +
 	"\x05rules\x18\x02 \x01(\rR\x05rules\"\x93\x02\n" +
@@ -2597,12 +2618,13 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
-	"partitions\"\x95\x01\n" +
+	"partitions\"\xba\x01\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
-	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\"\x8a\x02\n" +
+	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\x12#\n" +
+	"\rkafka_address\x18\x05 \x01(\tR\fkafkaAddress\"\x8a\x02\n" +
 	"\x0eSnapshotRecord\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.cohort.fsm.v1.NodeH\x00R\x04node\x12,\n" +
 	"\x05topic\x18\x02 \x01(\v2\x14.cohort.fsm.v1.TopicH\x00R\x05topic\x12,\n" +
