@@ -186,12 +186,14 @@ func validateAddresses(id, raftAddr, grpcAddr string) error {
 }
 
 // registerPeer records a server's gRPC address in the node registry, so
-// that the leader can probe it before it registers itself.
+// that the leader can probe it before it registers itself. A Kafka address
+// the registry holds for it is kept: the server registers its own.
 func (cl *Cluster) registerPeer(ctx context.Context, id, grpcAddr, raftAddr string) error {
 	if grpcAddr == "" || cl.registryGRPC(raft.ServerID(id)) == grpcAddr {
 		return nil
 	}
-	res, err := cl.node.Apply(ctx, registerCommand(Registration{NodeID: id, GRPCAddress: grpcAddr, RaftAddress: raftAddr}))
+	res, err := cl.node.Apply(ctx, registerCommand(Registration{NodeID: id, GRPCAddress: grpcAddr, RaftAddress: raftAddr,
+		KafkaAddress: cl.registryKafka()[raft.ServerID(id)]}))
 	if err != nil {
 		return fmt.Errorf("register %s's gRPC address: %w", id, err)
 	}

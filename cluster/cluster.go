@@ -72,6 +72,11 @@ type Config struct {
 	// answers in NodeInfo. Empty for a node without gRPC (tests): it then
 	// neither registers nor forms through peers.
 	GRPCAdvertise string
+	// KafkaAdvertise is this node's Kafka listener address as clients
+	// reach it, recorded in the node registry (under command rules 5 and
+	// later) so that every node can name every broker. Empty: this node
+	// has no Kafka listener.
+	KafkaAdvertise string
 
 	// Bootstrap makes a node with no Raft state bootstrap a one-node
 	// cluster with itself as the only voter.
@@ -123,6 +128,11 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.GRPCAdvertise != "" {
 		if err := raftnode.ValidateAdvertise("gRPC advertise address", c.GRPCAdvertise); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.KafkaAdvertise != "" {
+		if err := raftnode.ValidateAdvertise("Kafka advertise address", c.KafkaAdvertise); err != nil {
 			errs = append(errs, err)
 		}
 	}

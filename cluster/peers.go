@@ -57,6 +57,10 @@ type Registration struct {
 	// MaxCommandVersion is the newest command rules the node applies (0:
 	// not stated, the registry keeps what it has).
 	MaxCommandVersion uint32
+	// KafkaAddress is the node's Kafka listener address as clients reach
+	// it; empty: no Kafka listener. The registry records it under command
+	// rules 5 and later only.
+	KafkaAddress string
 }
 
 // AddAnswer is the leader's answer to AddNonvoter.

@@ -9,6 +9,7 @@ import (
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 
 	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/hashicorp/raft"
 )
 
@@ -64,8 +65,11 @@ func (cl *Cluster) LeaderGRPCAddress() string {
 }
 
 // runRegistration makes sure the FSM's node registry holds this node's
-// current addresses, so that followers can forward to the leader. It
-// retries until done or until the node shuts down.
+// current addresses, so that followers can forward to the leader and every
+// node can name the Kafka brokers. It keeps checking until the node shuts
+// down, not only until the first success: the command rules can move to 5
+// after this node registered (the last server of a rolling upgrade
+// registers), and only then does the registry record its Kafka address.
 func (cl *Cluster) runRegistration() {
 	defer cl.bgWG.Done()
 	if cl.cfg.GRPCAdvertise == "" {
@@ -74,14 +78,21 @@ func (cl *Cluster) runRegistration() {
 	ticker := time.NewTicker(cl.cfg.PollInterval)
 	defer ticker.Stop()
 	var lastErr string
+	wasDone := false
 	for {
 		done, err := cl.registerOnce(cl.bg)
-		if done {
-			cl.log.Info("node registered", "grpc_address", cl.cfg.GRPCAdvertise, "raft_address", cl.raftAddr)
+		switch {
+		case done && !isClosed(cl.regDone):
+			cl.log.Info("node registered", "grpc_address", cl.cfg.GRPCAdvertise, "raft_address", cl.raftAddr, "kafka_address", cl.cfg.KafkaAdvertise)
 			close(cl.regDone)
-			return
+		case done && !wasDone:
+			cl.log.Info("node registration renewed", "grpc_address", cl.cfg.GRPCAdvertise, "raft_address", cl.raftAddr,
+				"kafka_address", cl.cfg.KafkaAdvertise, "command_rules", cl.node.CommandRules())
 		}
-		if err != nil && err.Error() != lastErr && cl.bg.Err() == nil {
+		wasDone = done
+		if done {
+			lastErr = ""
+		} else if err != nil && err.Error() != lastErr && cl.bg.Err() == nil {
 			lastErr = err.Error()
 			cl.log.Debug("node registration not done yet; retrying", "err", err)
 		}
@@ -93,9 +104,15 @@ func (cl *Cluster) runRegistration() {
 	}
 }
 
+// registered reports whether the registry holds this node's current
+// entry. The Kafka address counts only under command rules 5 and later:
+// before, the registry records none, and re-registering would not help.
 func (cl *Cluster) registered() bool {
 	for _, node := range cl.node.FSM().Nodes() {
 		if node.ID == cl.id {
+			if cl.node.CommandRules() >= 5 && node.KafkaAddress != cl.cfg.KafkaAdvertise {
+				return false
+			}
 			return node.GRPCAddress == cl.cfg.GRPCAdvertise && node.RaftAddress == cl.raftAddr &&
 				node.MaxCommandVersion == cl.node.MaxCommandRules()
 		}
@@ -162,6 +179,8 @@ func (cl *Cluster) verifyRegistration(ctx context.Context, reg Registration) err
 	if reg.NodeID == cl.id {
 		if self := cl.self(); reg.GRPCAddress != self.GRPCAddress || reg.RaftAddress != self.RaftAddress {
 			return errcode.Errorf(errcode.InvalidArgument, "node %q is this node, at gRPC %s and Raft %s, not %s and %s", reg.NodeID, self.GRPCAddress, self.RaftAddress, reg.GRPCAddress, reg.RaftAddress)
+		} else if reg.KafkaAddress != self.KafkaAddress {
+			return errcode.Errorf(errcode.InvalidArgument, "node %q is this node, with Kafka address %q, not %q", reg.NodeID, self.KafkaAddress, reg.KafkaAddress)
 		}
 		return nil
 	}
@@ -190,13 +209,14 @@ func (cl *Cluster) verifyRegistration(ctx context.Context, reg Registration) err
 // self is this node's registry entry.
 func (cl *Cluster) self() Registration {
 	return Registration{NodeID: cl.id, GRPCAddress: cl.cfg.GRPCAdvertise, RaftAddress: cl.raftAddr,
-		MaxCommandVersion: cl.node.MaxCommandRules()}
+		MaxCommandVersion: cl.node.MaxCommandRules(), KafkaAddress: cl.cfg.KafkaAdvertise}
 }
 
 // registerCommand is the FSM command recording reg in the node registry.
 func registerCommand(reg Registration) *fsmv1.Command {
 	return &fsmv1.Command{Kind: &fsmv1.Command_RegisterNode{RegisterNode: &fsmv1.RegisterNode{
 		NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress, MaxCommandVersion: reg.MaxCommandVersion,
+		KafkaAddress: reg.KafkaAddress,
 	}}}
 }
 
@@ -233,6 +253,11 @@ func (cl *Cluster) Register(ctx context.Context, reg Registration) (uint64, erro
 	}
 	if err := validateAddresses(reg.NodeID, reg.RaftAddress, reg.GRPCAddress); err != nil {
 		return 0, err
+	}
+	if reg.KafkaAddress != "" {
+		if err := raftnode.ValidateAdvertise("Kafka address", reg.KafkaAddress); err != nil {
+			return 0, errcode.Errorf(errcode.InvalidArgument, "register node %q: %v", reg.NodeID, err)
+		}
 	}
 	if err := cl.verifyRegistration(ctx, reg); err != nil {
 		return 0, err

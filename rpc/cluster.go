@@ -92,7 +92,7 @@ func (s *ClusterService) Health(context.Context, *cohortv1.HealthRequest) (*coho
 func (s *ClusterService) RegisterNode(ctx context.Context, req *cohortv1.RegisterNodeRequest) (*cohortv1.RegisterNodeResponse, error) {
 	return admin(ctx, s, req, func() (*cohortv1.RegisterNodeResponse, error) {
 		idx, err := s.cl.Register(ctx, cluster.Registration{NodeID: req.GetNodeId(), GRPCAddress: req.GetGrpcAddress(), RaftAddress: req.GetRaftAddress(),
-			MaxCommandVersion: req.GetMaxCommandVersion()})
+			MaxCommandVersion: req.GetMaxCommandVersion(), KafkaAddress: req.GetKafkaAddress()})
 		return &cohortv1.RegisterNodeResponse{Index: idx}, err
 	})
 }

@@ -91,7 +91,7 @@ func (c *PeerClient) RegisterNode(ctx context.Context, addr string, reg cluster.
 		return err
 	}
 	_, err = cl.RegisterNode(ctx, &cohortv1.RegisterNodeRequest{NodeId: reg.NodeID, GrpcAddress: reg.GRPCAddress, RaftAddress: reg.RaftAddress,
-		MaxCommandVersion: reg.MaxCommandVersion})
+		MaxCommandVersion: reg.MaxCommandVersion, KafkaAddress: reg.KafkaAddress})
 	if err != nil {
 		return fmt.Errorf("register node %q at %s: %w", reg.NodeID, addr, fromStatus(err))
 	}

@@ -293,8 +293,12 @@ type RegisterNodeRequest struct {
 	// applies; 0 leaves what the registry holds. The leader writes entries
 	// under the oldest rules every server of the configuration applies.
 	MaxCommandVersion uint32 `protobuf:"varint,4,opt,name=max_command_version,json=maxCommandVersion" json:"max_command_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The node's Kafka listener address as clients reach it; empty: no Kafka
+	// listener. The registry records it once the cluster writes under command
+	// rules 5.
+	KafkaAddress  string `protobuf:"bytes,5,opt,name=kafka_address,json=kafkaAddress" json:"kafka_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterNodeRequest) Reset() {
@@ -353,6 +357,13 @@ func (x *RegisterNodeRequest) GetMaxCommandVersion() uint32 {
 		return x.MaxCommandVersion
 	}
 	return 0
+}
+
+func (x *RegisterNodeRequest) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
+	}
+	return ""
 }
 
 type RegisterNodeResponse struct {
@@ -2044,12 +2055,13 @@ const file_cohort_v1_cluster_proto_rawDesc = "" +
 	"\rapplied_index\x18\f \x01(\x04R\fappliedIndex\x12)\n" +
 	"\x10bootstrap_expect\x18\r \x01(\x05R\x0fbootstrapExpect\x12&\n" +
 	"\x0flast_contact_ms\x18\x0e \x01(\x03R\rlastContactMs\x12+\n" +
-	"\x11autopilot_enabled\x18\x0f \x01(\bR\x10autopilotEnabled\"\xa4\x01\n" +
+	"\x11autopilot_enabled\x18\x0f \x01(\bR\x10autopilotEnabled\"\xc9\x01\n" +
 	"\x13RegisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
-	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\",\n" +
+	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\x12#\n" +
+	"\rkafka_address\x18\x05 \x01(\tR\fkafkaAddress\",\n" +
 	"\x14RegisterNodeResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
 	"\rHealthRequest\"\xb0\x02\n" +
