@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ type options struct {
 	raft                                 raftnode.Config
 	cluster                              cluster.Config
 	grpcAddr, grpcAdvertise, httpAddr    string
+	kafkaAddr, kafkaAdvertise            string // kafkaAddr "": no Kafka listener
 	shutdownTimeout                      time.Duration
 	initialDelay, minSession, maxSession time.Duration
 	offsetsRetention, retentionCheck     time.Duration
@@ -89,6 +91,8 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.StringVar(&r.RaftAdvertise, "raft-advertise", "", "address other nodes reach the Raft transport on (default: --raft-addr)")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9001", "address the gRPC server listens on")
 	f.StringVar(&o.grpcAdvertise, "grpc-advertise", "", "address other nodes and clients reach the gRPC server on (default: --grpc-addr)")
+	f.StringVar(&o.kafkaAddr, "kafka-addr", "", "address the Kafka protocol listener listens on (default: none, no Kafka listener)")
+	f.StringVar(&o.kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this node's Kafka listener on, as every node names it in the node registry (default: --kafka-addr)")
 	gl := &o.grpcLimits
 	f.IntVar(&gl.MaxRecvBytes, "grpc-max-recv-bytes", gl.MaxRecvBytes, "largest gRPC request message accepted, in bytes; larger ones are refused with ResourceExhausted")
 	f.IntVar(&gl.MaxSendBytes, "grpc-max-send-bytes", gl.MaxSendBytes, "largest gRPC answer sent, in bytes (at most 1 GiB, what Cohort's clients accept)")
@@ -143,7 +147,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.StringVar(&o.tokenFile, "token-file", "", "bearer tokens accepted on gRPC, one per line: token,role,name (roles: admin, client, node); with TLS, callers may use a token instead of a client certificate")
 	f.StringVar(&o.adminToken, "admin-token", "", "a bearer token for principal admin/admin (as a --token-file line would give); without a node token or a certificate the node also sends it to other nodes")
 	f.BoolVar(&o.tlsPermissive, "tls-permissive", false, "with --tls-*: also serve and dial plaintext on the Raft and gRPC ports, unauthenticated, for the one rolling restart that moves a plaintext cluster to TLS (docs/security.md); restart without it once every node runs TLS")
-	f.BoolVar(&o.insecure, "insecure", false, "allow Raft and gRPC on a non-loopback address without TLS: anyone who reaches the ports can read and change everything")
+	f.BoolVar(&o.insecure, "insecure", false, "allow Raft, gRPC and Kafka on a non-loopback address without TLS: anyone who reaches the ports can read and change everything")
 	f.DurationVar(&o.reloadInterval, "credentials-reload-interval", auth.DefaultReloadInterval, "how often the certificate, key, CA bundle and token file are checked for changes (SIGHUP reloads at once)")
 	f.Uint64Var(&c.PromoteMaxLag, "promote-max-lag", c.PromoteMaxLag, "largest log lag (entries) at which a non-voter may be promoted")
 	f.DurationVar(&c.HealthyLastContact, "healthy-last-contact", c.HealthyLastContact, "a server that has not heard from the leader for longer is unhealthy")
@@ -198,6 +202,32 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 }
 
+// kafkaAdvertised is the Kafka address this node records in the node
+// registry: --kafka-advertise, or --kafka-addr when it is not given, and ""
+// without a Kafka listener. Like the gRPC advertise address it must name a
+// reachable host: a wildcard listen address (0.0.0.0:9092) needs an
+// explicit --kafka-advertise.
+func (o options) kafkaAdvertised() (string, error) {
+	if o.kafkaAddr == "" {
+		if o.kafkaAdvertise != "" {
+			return "", fmt.Errorf("--kafka-advertise %q needs --kafka-addr: without it this node has no Kafka listener", o.kafkaAdvertise)
+		}
+		return "", nil
+	}
+	if _, port, err := net.SplitHostPort(o.kafkaAddr); err != nil {
+		return "", fmt.Errorf("--kafka-addr %q: %w", o.kafkaAddr, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "", fmt.Errorf("--kafka-addr %q: port %q is not in 0..65535", o.kafkaAddr, port)
+	}
+	if o.kafkaAdvertise != "" {
+		return o.kafkaAdvertise, raftnode.ValidateAdvertise("--kafka-advertise", o.kafkaAdvertise)
+	}
+	if err := raftnode.ValidateAdvertise("--kafka-addr", o.kafkaAddr); err != nil {
+		return "", fmt.Errorf("%w; give --kafka-advertise, the address Kafka clients reach this node on", err)
+	}
+	return o.kafkaAddr, nil
+}
+
 // advertised returns adv, or the listener's actual address when adv is
 // empty (which also resolves port 0).
 func advertised(adv string, lis net.Listener) string {
@@ -209,6 +239,10 @@ func advertised(adv string, lis net.Listener) string {
 
 func run(ctx context.Context, o options, logOut io.Writer) error {
 	log, err := newLogger(logOut, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	kafkaAdvertise, err := o.kafkaAdvertised()
 	if err != nil {
 		return err
 	}
@@ -240,6 +274,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	}
 	cc := o.cluster
 	cc.GRPCAdvertise = advertised(o.grpcAdvertise, grpcLis)
+	cc.KafkaAdvertise = kafkaAdvertise
 	cc.Logger = log
 	srv, err := server.Start(server.Config{
 		Raft:         rc,
@@ -420,6 +455,9 @@ func (o options) security(grpcAddr net.Addr) (rpc.Security, error) {
 			exposed = append(exposed, "Raft "+a)
 			break
 		}
+	}
+	if o.kafkaAddr != "" && !isLoopbackAddr(o.kafkaAddr) {
+		exposed = append(exposed, "Kafka "+o.kafkaAddr)
 	}
 	if len(exposed) > 0 {
 		return sec, fmt.Errorf("refusing to serve %s without TLS: anyone who reaches it could read and change the cluster; give --tls-cert, --tls-key and --tls-ca (docs/security.md; `cohortctl certs dev` makes a development set), or --insecure to accept the risk", strings.Join(exposed, " and "))

@@ -237,10 +237,55 @@ func TestFlags_LimitDefaults(t *testing.T) {
 	}
 }
 
+// The Kafka listener's flags: none by default; the advertised address is
+// --kafka-advertise or else --kafka-addr, and like gRPC's it must name a
+// reachable host.
+func TestFlags_KafkaAddressAndAdvertise(t *testing.T) {
+	cmd := newRootCommand()
+	for _, flag := range []string{"kafka-addr", "kafka-advertise"} {
+		if fl := cmd.Flags().Lookup(flag); fl == nil || fl.DefValue != "" {
+			t.Errorf("--%s: %+v, want a flag with an empty default", flag, fl)
+		}
+	}
+	for _, tc := range []struct {
+		addr, advertise string
+		want            string // the advertised address
+		wantErr         string
+	}{
+		{"", "", "", ""},
+		{"127.0.0.1:9092", "", "127.0.0.1:9092", ""},
+		{"0.0.0.0:9092", "broker-1.example:9092", "broker-1.example:9092", ""},
+		{"localhost:9092", "", "localhost:9092", ""},
+		{"0.0.0.0:9092", "", "", `--kafka-addr "0.0.0.0:9092": must name a reachable host, not a wildcard; give --kafka-advertise`},
+		{":9092", "", "", `--kafka-addr ":9092": must name a reachable host`},
+		{"127.0.0.1", "", "", `--kafka-addr "127.0.0.1"`},
+		{"127.0.0.1:99999", "", "", `--kafka-addr "127.0.0.1:99999": port "99999" is not in 0..65535`},
+		{"0.0.0.0:9092", "[::]:9092", "", `--kafka-advertise "[::]:9092": must name a reachable host`},
+		{"", "127.0.0.1:9092", "", `--kafka-advertise "127.0.0.1:9092" needs --kafka-addr`},
+	} {
+		got, err := options{kafkaAddr: tc.addr, kafkaAdvertise: tc.advertise}.kafkaAdvertised()
+		switch {
+		case tc.wantErr == "" && (err != nil || got != tc.want):
+			t.Errorf("--kafka-addr %q --kafka-advertise %q: %q, %v; want %q", tc.addr, tc.advertise, got, err, tc.want)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("--kafka-addr %q --kafka-advertise %q: %q, %v; want an error containing %q", tc.addr, tc.advertise, got, err, tc.wantErr)
+		}
+	}
+	// cohortd refuses the flags before it binds a port.
+	cmd = newRootCommand()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"--data-dir", t.TempDir(), "--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--kafka-addr", "0.0.0.0:9092", "--insecure"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "give --kafka-advertise") {
+		t.Errorf("cohortd --kafka-addr 0.0.0.0:9092: %v, want a refusal asking for --kafka-advertise", err)
+	}
+}
+
 // TestSecurity_NonLoopbackNeedsTLSOrInsecure: a node refuses to serve a
-// non-loopback gRPC or Raft address in plaintext, with or without tokens,
-// unless --insecure is given; on loopback the open mode of `make run`
-// stays; a half-given TLS set is refused naming what is missing.
+// non-loopback gRPC, Raft or Kafka address in plaintext, with or without
+// tokens, unless --insecure is given; on loopback the open mode of `make
+// run` stays; a half-given TLS set is refused naming what is missing.
 func TestSecurity_NonLoopbackNeedsTLSOrInsecure(t *testing.T) {
 	loop := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9001}
 	wide := &net.TCPAddr{IP: net.IPv4zero, Port: 9001}
@@ -276,6 +321,10 @@ func TestSecurity_NonLoopbackNeedsTLSOrInsecure(t *testing.T) {
 		{"TLS", wide, func(o *options) { o.tls = files }, ""},
 		{"TLS without a key", wide, func(o *options) { o.tls = files; o.tls.Key = "" }, "--tls-cert, --tls-key and --tls-ca together"},
 		{"a short admin token", loop, func(o *options) { o.adminToken = "short" }, "at least 16"},
+		{"Kafka on loopback", loop, func(o *options) { o.kafkaAddr = "127.0.0.1:9092" }, ""},
+		{"Kafka on all interfaces", loop, func(o *options) { o.kafkaAddr = "0.0.0.0:9092" }, "refusing to serve Kafka 0.0.0.0:9092 without TLS"},
+		{"Kafka on all interfaces, --insecure", loop, func(o *options) { o.kafkaAddr = "0.0.0.0:9092"; o.insecure = true }, ""},
+		{"Kafka on all interfaces, TLS", loop, func(o *options) { o.kafkaAddr = "0.0.0.0:9092"; o.tls = files }, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
