@@ -183,6 +183,23 @@ func (a *Authorizer) check(ctx context.Context, method string, req any) (context
 	return ctx, authorize(auth.FromContext(ctx), method, req)
 }
 
+// Authorize decides a call that reached this node through another front
+// (the Kafka listener) by the same method table as the gRPC calls: may p
+// call method with req? Nil on a node that does not enforce
+// authorization; otherwise the refusal is a gRPC status, Unauthenticated
+// or PermissionDenied, naming the method.
+func (a *Authorizer) Authorize(p auth.Principal, method string, req any) error {
+	if !a.sec.Enforced() {
+		return nil
+	}
+	return authorize(p, method, req)
+}
+
+// RevealsMemberIDsTo is RevealsMemberIDs for a caller of another front.
+func (a *Authorizer) RevealsMemberIDsTo(p auth.Principal) bool {
+	return !a.sec.Enforced() || p.Role == auth.RoleAdmin
+}
+
 // forwardedPlaintextCaller: a node (authenticate keeps the trusted keys
 // only on a node's call) forwards a plaintext caller it served as before.
 func forwardedPlaintextCaller(ctx context.Context) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/kafka"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/rpc"
@@ -46,7 +47,14 @@ type Config struct {
 	GRPC rpc.Limits
 	// GRPCListener is where the gRPC API is served; the node closes it.
 	GRPCListener net.Listener
-	Logger       *slog.Logger
+	// KafkaListener, when set, is where the Kafka protocol is served
+	// (package kafka); the node closes it. Cluster.KafkaAdvertise empty
+	// means its address.
+	KafkaListener net.Listener
+	// Kafka tunes the Kafka listener; the engine, FSM, cluster, security
+	// and logger are the node's.
+	Kafka  kafka.Config
+	Logger *slog.Logger
 }
 
 // Server is one running node.
@@ -58,6 +66,8 @@ type Server struct {
 	API     *rpc.Server
 	GRPC    *grpc.Server
 	Health  *health.Server
+	// Kafka is the Kafka listener; nil without Config.KafkaListener.
+	Kafka *kafka.Server
 
 	peers    *rpc.PeerClient
 	log      *slog.Logger
@@ -88,6 +98,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.Cluster.GRPCAdvertise == "" {
 		cfg.Cluster.GRPCAdvertise = cfg.GRPCListener.Addr().String()
+	}
+	if cfg.KafkaListener != nil && cfg.Cluster.KafkaAdvertise == "" {
+		cfg.Cluster.KafkaAdvertise = cfg.KafkaListener.Addr().String()
 	}
 	if cfg.Raft.Logger == nil {
 		cfg.Raft.Logger = log
@@ -124,13 +137,24 @@ func Start(cfg Config) (*Server, error) {
 		_ = node.Shutdown(context.Background())
 		return nil, err
 	}
+	var ks *kafka.Server
+	if cfg.KafkaListener != nil {
+		kc := cfg.Kafka
+		kc.Engine, kc.FSM, kc.Cluster, kc.Security, kc.Logger = engine, f, cl, cfg.Security, log
+		if ks, err = kafka.New(kc); err != nil {
+			cl.Close()
+			_ = peers.Close()
+			_ = node.Shutdown(context.Background())
+			return nil, err
+		}
+	}
 	api := rpc.NewServer(engine, cl, cfg.Security, log)
 	gs := grpc.NewServer(api.ServerOptions(cfg.GRPC)...)
 	api.Register(gs)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: api.Health,
+		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: api.Health, Kafka: ks,
 		peers: peers, log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
 	}
 	sub := node.SubscribeLeadership()
@@ -155,6 +179,18 @@ func Start(cfg Config) (*Server, error) {
 			s.serveErr <- fmt.Errorf("gRPC server on %s: %w", cfg.GRPCListener.Addr(), err)
 		}
 	}()
+	if ks != nil {
+		s.done.Add(1)
+		go func() {
+			defer s.done.Done()
+			if err := ks.Serve(cfg.KafkaListener); err != nil {
+				select {
+				case s.serveErr <- err:
+				default:
+				}
+			}
+		}()
+	}
 	return s, nil
 }
 
@@ -200,6 +236,9 @@ func (s *Server) Err() <-chan error { return s.serveErr }
 // Collectors are the node's Prometheus metrics.
 func (s *Server) Collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{s.Node.Collector(), s.API.Metrics, newGroupStateCollector(s.FSM)}
+	if s.Kafka != nil {
+		cs = append(cs, s.Kafka.Collectors()...)
+	}
 	return append(cs, s.Engine.Collectors()...)
 }
 
@@ -212,6 +251,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.Cluster.Close()
 		err := s.Node.Shutdown(ctx)
 		s.cancel()
+		s.closeKafka()
 		stopGRPC(ctx, s.GRPC)
 		s.done.Wait()
 		s.API.Close()
@@ -226,6 +266,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Kill() {
 	s.stopOnce.Do(func() {
 		s.GRPC.Stop()
+		s.closeKafka()
 		s.Cluster.Close()
 		_ = s.Node.Kill()
 		s.cancel()
@@ -233,6 +274,12 @@ func (s *Server) Kill() {
 		s.API.Close()
 		_ = s.peers.Close()
 	})
+}
+
+func (s *Server) closeKafka() {
+	if s.Kafka != nil {
+		_ = s.Kafka.Close()
+	}
 }
 
 // engineRaft is the Raft node as the engine sees it: raftnode's Apply

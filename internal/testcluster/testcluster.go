@@ -40,6 +40,8 @@ type Options struct {
 	Cluster func(i int, c *cluster.Config)
 	// GRPC adjusts every node's gRPC limits (rpc.DefaultLimits).
 	GRPC func(l *rpc.Limits)
+	// Kafka gives every node a Kafka listener on loopback (KafkaAddr).
+	Kafka bool
 }
 
 func (o Options) grpcLimits() rpc.Limits {
@@ -93,7 +95,9 @@ type Node struct {
 	*server.Server
 	ID   string
 	addr string
-	cfg  server.Config
+	// kafkaAddr is the Kafka listener's address ("" without one).
+	kafkaAddr string
+	cfg       server.Config
 }
 
 // Cluster is a running test cluster.
@@ -141,6 +145,14 @@ func Start(t testing.TB, size int, opts Options) *Cluster {
 			opts.Cluster(i, &cc)
 		}
 		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: opts.grpcLimits(), Logger: Logger()}}
+		if opts.Kafka {
+			kl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("listen: %v", err)
+			}
+			n.kafkaAddr = kl.Addr().String()
+			n.cfg.KafkaListener = kl
+		}
 		c.start(n, lis[i])
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -193,6 +205,18 @@ func (c *Cluster) stop(n *Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = n.Shutdown(ctx)
+}
+
+// KafkaAddr is node i's Kafka listener address (Options.Kafka).
+func (c *Cluster) KafkaAddr(i int) string { return c.Nodes[i].kafkaAddr }
+
+// KafkaAddrs are every node's Kafka listener address.
+func (c *Cluster) KafkaAddrs() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		out = append(out, n.kafkaAddr)
+	}
+	return out
 }
 
 // Addr is node i's gRPC address.
@@ -305,6 +329,12 @@ func (c *Cluster) Restart(i int) {
 		lis, err = net.Listen("tcp", n.addr)
 		return err == nil, fmt.Sprint(err)
 	})
+	if n.kafkaAddr != "" {
+		WaitFor(c.t, 10*time.Second, "the node's Kafka port to be free", func() (bool, string) {
+			n.cfg.KafkaListener, err = net.Listen("tcp", n.kafkaAddr)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
 	c.start(n, lis)
 }
 

@@ -1,0 +1,135 @@
+package kafka
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/errcode"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+func (c *call) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDescribeGroupsResponse()
+	req := &cohortv1.DescribeGroupsRequest{GroupIds: r.Groups}
+	fail := func(code int16, err error) kmsg.Response {
+		for _, id := range r.Groups {
+			g := kmsg.NewDescribeGroupsResponseGroup()
+			g.Group, g.ErrorCode, g.ErrorMessage = id, code, errMessage(err)
+			resp.Groups = append(resp.Groups, g)
+		}
+		return resp
+	}
+	if err := c.authorize(cohortv1.GroupCoordinator_DescribeGroups_FullMethodName, req); err != nil {
+		return fail(kerr.GroupAuthorizationFailed.Code, err)
+	}
+	reveal := c.s.authz.RevealsMemberIDsTo(c.c.principal)
+	for {
+		out, err := c.s.cfg.Engine.DescribeGroups(ctx, req)
+		if err != nil {
+			resp.Groups = nil
+			return fail(kafkaCode(err), err)
+		}
+		for _, d := range out.GetGroups() {
+			resp.Groups = append(resp.Groups, describedGroup(d, reveal))
+		}
+		if out.GetNextPageToken() == "" {
+			return resp
+		}
+		req.PageToken = out.GetNextPageToken()
+	}
+}
+
+// describedGroup is a group's description in Kafka's form. A consumer's
+// metadata is its subscription, re-encoded from the topics Cohort keeps;
+// its assignment is encoded as SyncGroup hands it out. Member IDs are
+// blank for a caller that is not an admin (on a node that authorizes), as
+// on the gRPC front: a member ID is a membership's only credential.
+func describedGroup(d *cohortv1.GroupDescription, reveal bool) kmsg.DescribeGroupsResponseGroup {
+	g := kmsg.NewDescribeGroupsResponseGroup()
+	g.Group, g.State, g.Protocol = d.GetGroupId(), d.GetState(), d.GetProtocol()
+	if d.GetProtocolType() != "" {
+		g.ProtocolType = kafkaType(d.GetProtocolType())
+	}
+	for _, m := range d.GetMembers() {
+		gm := kmsg.NewDescribeGroupsResponseGroupMember()
+		gm.ClientID, gm.ClientHost = m.GetClientId(), m.GetClientHost()
+		if reveal {
+			gm.MemberID = m.GetMemberId()
+		}
+		if m.GetInstanceId() != "" {
+			gm.InstanceID = ptr(m.GetInstanceId())
+		}
+		if d.GetProtocolType() == consumerType {
+			meta := kmsg.NewConsumerMemberMetadata()
+			meta.Topics = m.GetTopics()
+			gm.ProtocolMetadata = meta.AppendTo(nil)
+		}
+		gm.MemberAssignment = encodeAssignment(d.GetProtocolType(), m.GetAssignment())
+		g.Members = append(g.Members, gm)
+	}
+	return g
+}
+
+// listGroups lists the groups this node coordinates: every group on the
+// leader, none on a follower, so that a client asking every broker (as
+// Kafka's admin clients do) gets each group once.
+func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
+	resp := kmsg.NewPtrListGroupsResponse()
+	req := &cohortv1.ListGroupsRequest{States: r.StatesFilter}
+	if err := c.authorize(cohortv1.GroupCoordinator_ListGroups_FullMethodName, req); err != nil {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp
+	}
+	for {
+		out, err := c.s.cfg.Engine.ListGroups(ctx, req)
+		if errcode.Of(err) == errcode.NotLeader {
+			return kmsg.NewPtrListGroupsResponse()
+		}
+		if err != nil {
+			resp.ErrorCode = kafkaCode(err)
+			return resp
+		}
+		for _, l := range out.GetGroups() {
+			lg := kmsg.NewListGroupsResponseGroup()
+			lg.Group, lg.GroupState, lg.GroupType = l.GetGroupId(), l.GetState(), "classic"
+			if l.GetProtocolType() != "" {
+				lg.ProtocolType = kafkaType(l.GetProtocolType())
+			}
+			resp.Groups = append(resp.Groups, lg)
+		}
+		if out.GetNextPageToken() == "" {
+			return resp
+		}
+		req.PageToken = out.GetNextPageToken()
+	}
+}
+
+func (c *call) deleteGroups(ctx context.Context, r *kmsg.DeleteGroupsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDeleteGroupsResponse()
+	req := &cohortv1.DeleteGroupsRequest{GroupIds: r.Groups}
+	out, err := (*cohortv1.DeleteGroupsResponse)(nil), c.authorize(cohortv1.GroupCoordinator_DeleteGroups_FullMethodName, req)
+	code := kerr.GroupAuthorizationFailed.Code
+	if err == nil {
+		out, err = c.s.cfg.Engine.DeleteGroups(ctx, req)
+		code = kafkaCode(err)
+	}
+	if err != nil {
+		for _, id := range r.Groups {
+			g := kmsg.NewDeleteGroupsResponseGroup()
+			g.Group, g.ErrorCode, g.ErrorMessage = id, code, errMessage(err)
+			resp.Groups = append(resp.Groups, g)
+		}
+		return resp
+	}
+	for _, d := range out.GetGroups() {
+		g := kmsg.NewDeleteGroupsResponseGroup()
+		g.Group, g.ErrorCode = d.GetGroupId(), itemCode(d.GetError())
+		if d.GetErrorMessage() != "" {
+			g.ErrorMessage = ptr(d.GetErrorMessage())
+		}
+		resp.Groups = append(resp.Groups, g)
+	}
+	return resp
+}

@@ -1,0 +1,131 @@
+package kafka
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+func (c *call) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetCommitResponse()
+	req := &cohortv1.OffsetCommitRequest{GroupId: r.Group, Generation: r.Generation, MemberId: r.MemberID, InstanceId: optional(r.InstanceID)}
+	if r.GetVersion() < 1 {
+		req.Generation = -1
+	}
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			req.Offsets = append(req.Offsets, &cohortv1.OffsetCommitPartition{Topic: t.Topic, Partition: p.Partition, Offset: p.Offset, Metadata: optional(p.Metadata)})
+		}
+	}
+	var out *cohortv1.OffsetCommitResponse
+	var whole int16
+	if err := c.authorize(cohortv1.GroupCoordinator_OffsetCommit_FullMethodName, req); err != nil {
+		whole = kerr.GroupAuthorizationFailed.Code
+	} else if out, err = c.s.cfg.Engine.OffsetCommit(ctx, req); err != nil {
+		whole = kafkaCode(err)
+	}
+	// The engine answers each partition in the order asked.
+	results := out.GetPartitions()
+	i := 0
+	for _, t := range r.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, whole
+			if whole == 0 {
+				if i < len(results) {
+					rp.ErrorCode = itemCode(results[i].GetError())
+				} else {
+					rp.ErrorCode = kerr.UnknownServerError.Code
+				}
+			}
+			i++
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+// offsetFetch answers one group (before v8) or several (v8+).
+func (c *call) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetFetchResponse()
+	if r.GetVersion() < 8 {
+		var topics []kmsg.OffsetFetchRequestGroupTopic
+		for _, t := range r.Topics {
+			topics = append(topics, kmsg.OffsetFetchRequestGroupTopic{Topic: t.Topic, Partitions: t.Partitions})
+		}
+		g := c.fetchGroup(ctx, r.Group, topics, r.Topics == nil && r.GetVersion() >= 2)
+		resp.ErrorCode = g.ErrorCode
+		for _, t := range g.Topics {
+			rt := kmsg.NewOffsetFetchResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetFetchResponseTopicPartition()
+				rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, rp.ErrorCode = p.Partition, p.Offset, p.LeaderEpoch, p.Metadata, p.ErrorCode
+				if g.ErrorCode != 0 && r.GetVersion() < 2 {
+					rp.ErrorCode = g.ErrorCode // no group-level code before v2
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	}
+	for _, rg := range r.Groups {
+		resp.Groups = append(resp.Groups, c.fetchGroup(ctx, rg.Group, rg.Topics, rg.Topics == nil))
+	}
+	return resp
+}
+
+// fetchGroup reads one group's committed offsets: every one when all,
+// else those asked for (-1 for a partition without one). The engine's
+// pages are read to the end.
+func (c *call) fetchGroup(ctx context.Context, group string, topics []kmsg.OffsetFetchRequestGroupTopic, all bool) kmsg.OffsetFetchResponseGroup {
+	g := kmsg.NewOffsetFetchResponseGroup()
+	g.Group = group
+	req := &cohortv1.OffsetFetchRequest{GroupId: group}
+	if !all {
+		for _, t := range topics {
+			req.Partitions = append(req.Partitions, &cohortv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
+		}
+		if len(req.Partitions) == 0 {
+			return g
+		}
+	}
+	if err := c.authorize(cohortv1.GroupCoordinator_OffsetFetch_FullMethodName, req); err != nil {
+		g.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return g
+	}
+	var parts []*cohortv1.OffsetFetchPartition
+	for {
+		out, err := c.s.cfg.Engine.OffsetFetch(ctx, req)
+		if err != nil {
+			g.ErrorCode = kafkaCode(err)
+			return g
+		}
+		parts = append(parts, out.GetPartitions()...)
+		if out.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = out.GetNextPageToken()
+	}
+	for i := 0; i < len(parts); {
+		t := kmsg.NewOffsetFetchResponseGroupTopic()
+		t.Topic = parts[i].GetTopic()
+		for ; i < len(parts) && parts[i].GetTopic() == t.Topic; i++ {
+			p := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+			p.Partition, p.Offset, p.LeaderEpoch = parts[i].GetPartition(), parts[i].GetOffset(), -1
+			if parts[i].GetOffset() >= 0 {
+				p.Metadata = ptr(parts[i].GetMetadata())
+			}
+			t.Partitions = append(t.Partitions, p)
+		}
+		g.Topics = append(g.Topics, t)
+	}
+	return g
+}

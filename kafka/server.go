@@ -1,0 +1,437 @@
+package kafka
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/cluster"
+	"github.com/cohortlabs/cohort/coordinator"
+	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/rpc"
+)
+
+// Cluster is what the listener needs to know of the cluster: the brokers
+// (servers with a Kafka address) and the one that leads.
+type Cluster interface {
+	KafkaBrokers() []cluster.KafkaBroker
+	LeaderKafkaBroker() (cluster.KafkaBroker, bool)
+	// KafkaAddress is this node's advertised Kafka address.
+	KafkaAddress() string
+}
+
+// Defaults for Config.
+const (
+	// DefaultMaxRequestBytes is the gRPC front's receive limit: the same
+	// requests (a JoinGroup with its metadata, a batch of commits) fit.
+	DefaultMaxRequestBytes = rpc.DefaultMaxRecvBytes
+	// DefaultMaxConnections bounds the open connections of one listener.
+	DefaultMaxConnections = 10_000
+	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
+	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultRequestTimeout bounds every request but JoinGroup (which may
+	// wait a rebalance timeout) and Fetch (its own wait): Kafka's
+	// request.timeout.ms.
+	DefaultRequestTimeout = 30 * time.Second
+	// DefaultMaxFetchWait caps a Fetch's max_wait_ms: an empty answer
+	// comes back after at most this long.
+	DefaultMaxFetchWait = 5 * time.Second
+)
+
+// Config is one node's Kafka listener.
+type Config struct {
+	Engine  *coordinator.Engine
+	FSM     *fsm.FSM
+	Cluster Cluster
+	// Security is the node's: with TLS configured the listener serves TLS
+	// with the node's certificate, and a client certificate's principal is
+	// the caller (authorized by the gRPC front's method table). Bearer
+	// tokens have no Kafka form here, so on a node that enforces
+	// authorization a caller without a certificate is anonymous and may
+	// only ask ApiVersions, Metadata, FindCoordinator and DescribeCluster.
+	Security rpc.Security
+	Logger   *slog.Logger
+
+	MaxRequestBytes int
+	MaxConnections  int
+	IdleTimeout     time.Duration
+	RequestTimeout  time.Duration
+	MaxFetchWait    time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxFetchWait == 0 {
+		c.MaxFetchWait = DefaultMaxFetchWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Server is a node's Kafka listener. Create it with New, start it with
+// Serve, stop it with Close.
+type Server struct {
+	cfg     Config
+	authz   *rpc.Authorizer
+	log     *slog.Logger
+	m       *metrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+	tlsConf *tls.Config
+	live    liveness
+
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New prepares a listener; Serve starts it.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	switch {
+	case cfg.Engine == nil || cfg.FSM == nil || cfg.Cluster == nil:
+		return nil, errors.New("kafka listener: the engine, the FSM and the cluster are required")
+	case cfg.MaxRequestBytes < 1024:
+		return nil, fmt.Errorf("kafka listener: max request bytes %d is below 1024", cfg.MaxRequestBytes)
+	case cfg.MaxConnections < 1:
+		return nil, fmt.Errorf("kafka listener: max connections %d must be positive", cfg.MaxConnections)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, authz: rpc.NewAuthorizer(cfg.Security), log: cfg.Logger.With("component", "kafka"), m: newMetrics(), ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	if cfg.Security.TLS != nil {
+		// A certificate is asked for but not required: without one the
+		// caller is anonymous and authorization refuses what it may not do.
+		s.tlsConf = cfg.Security.TLS.ServerTLS(false, nil)
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Close; it returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		s.live.run(s.ctx, s.cfg.Cluster, s.cfg.Cluster.KafkaAddress)
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("kafka listener %s: %w", ln.Addr(), err)
+		}
+		if !s.track(nc) {
+			nc.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(nc)
+			s.serveConn(nc)
+		}()
+	}
+}
+
+// track adds a connection unless the listener is closed or full.
+func (s *Server) track(nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if len(s.conns) >= s.cfg.MaxConnections {
+		s.m.refusedConns.Inc()
+		s.log.Warn("kafka connection refused: the listener is full", "remote", nc.RemoteAddr(), "max_connections", s.cfg.MaxConnections)
+		return false
+	}
+	s.conns[nc] = struct{}{}
+	s.m.conns.Inc()
+	return true
+}
+
+func (s *Server) untrack(nc net.Conn) {
+	nc.Close()
+	s.mu.Lock()
+	delete(s.conns, nc)
+	s.mu.Unlock()
+	s.m.conns.Dec()
+}
+
+// Close stops accepting, closes every connection (their requests in the
+// engine are cancelled) and waits for their goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for nc := range s.conns {
+		nc.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// conn is one client connection: requests are served one at a time and
+// answered in order, as a Kafka broker does.
+type conn struct {
+	nc        net.Conn
+	principal auth.Principal
+	host      string
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	c := &conn{nc: nc}
+	if host, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
+		c.host = host
+	}
+	if s.tlsConf != nil {
+		tc := tls.Server(nc, s.tlsConf)
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.HandshakeContext(s.ctx); err != nil {
+			s.log.Debug("kafka TLS handshake failed", "remote", nc.RemoteAddr(), "err", err)
+			return
+		}
+		_ = tc.SetDeadline(time.Time{})
+		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 {
+			p, err := auth.FromCertificate(chains[0][0])
+			if err != nil {
+				s.log.Warn("kafka client certificate names no usable principal; closing", "remote", nc.RemoteAddr(), "err", err)
+				return
+			}
+			c.principal = p
+		}
+		c.nc = tc
+	}
+	r := bufio.NewReader(c.nc)
+	w := bufio.NewWriter(c.nc)
+	var size [4]byte
+	for {
+		_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		if _, err := io.ReadFull(r, size[:]); err != nil {
+			return // closed by the client, idle, or the listener closing
+		}
+		n := int32(binary.BigEndian.Uint32(size[:]))
+		if n < 8 || int(n) > s.cfg.MaxRequestBytes {
+			s.m.refusedRequests.Inc()
+			s.log.Warn("kafka request refused: its size is out of range; closing the connection", "remote", nc.RemoteAddr(), "size", n, "max", s.cfg.MaxRequestBytes)
+			return
+		}
+		frame := make([]byte, n)
+		if _, err := io.ReadFull(r, frame); err != nil {
+			return
+		}
+		_ = c.nc.SetReadDeadline(time.Time{})
+		out, err := s.handle(c, frame)
+		if err != nil {
+			s.m.refusedRequests.Inc()
+			s.log.Warn("kafka request refused; closing the connection", "remote", nc.RemoteAddr(), "client", c.principal, "err", err)
+			return
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
+		if _, err := w.Write(out); err != nil {
+			return
+		}
+		if err := w.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// header is a request header (v1, or v2 for flexible versions).
+type header struct {
+	key, version int16
+	correlation  int32
+	clientID     string
+}
+
+// parseHeader splits a frame into its header and body. The header's
+// client ID is a nullable int16-length string in every version; a
+// flexible header then has tagged fields, which are skipped.
+func parseHeader(frame []byte) (header, []byte, error) {
+	var h header
+	if len(frame) < 10 {
+		return h, nil, fmt.Errorf("request of %d bytes is shorter than a header", len(frame))
+	}
+	h.key = int16(binary.BigEndian.Uint16(frame[0:]))
+	h.version = int16(binary.BigEndian.Uint16(frame[2:]))
+	h.correlation = int32(binary.BigEndian.Uint32(frame[4:]))
+	n := int16(binary.BigEndian.Uint16(frame[8:]))
+	rest := frame[10:]
+	if n > 0 {
+		if int(n) > len(rest) {
+			return h, nil, fmt.Errorf("client_id of %d bytes overruns the request", n)
+		}
+		h.clientID, rest = string(rest[:n]), rest[n:]
+	}
+	return h, rest, nil
+}
+
+// skipTags skips a tagged-field section.
+func skipTags(b []byte) ([]byte, error) {
+	count, n := binary.Uvarint(b)
+	if n <= 0 {
+		return nil, errors.New("truncated tagged fields in the request header")
+	}
+	b = b[n:]
+	for range count {
+		if _, n = binary.Uvarint(b); n <= 0 {
+			return nil, errors.New("truncated tag in the request header")
+		}
+		b = b[n:]
+		size, n := binary.Uvarint(b)
+		if n <= 0 || size > uint64(len(b)-n) {
+			return nil, errors.New("truncated tag in the request header")
+		}
+		b = b[n+int(size):]
+	}
+	return b, nil
+}
+
+// handle decodes one request, serves it and encodes the answer, framed.
+// An error closes the connection: Kafka's answer to a request it cannot
+// parse or whose version it does not serve (except ApiVersions, which is
+// answered so that the client can pick versions).
+func (s *Server) handle(c *conn, frame []byte) ([]byte, error) {
+	h, body, err := parseHeader(frame)
+	if err != nil {
+		return nil, err
+	}
+	api, ok := apis[h.key]
+	if !ok {
+		return nil, fmt.Errorf("API key %d (%s) is not served", h.key, kmsg.NameForKey(h.key))
+	}
+	if h.version < api.min || h.version > api.max {
+		if h.key == kmsg.ApiVersions.Int16() {
+			return frameResponse(h, unsupportedAPIVersions(), false), nil
+		}
+		return nil, fmt.Errorf("%s v%d is not served (v%d to v%d are)", kmsg.NameForKey(h.key), h.version, api.min, api.max)
+	}
+	req := kmsg.RequestForKey(h.key)
+	req.SetVersion(h.version)
+	if req.IsFlexible() {
+		if body, err = skipTags(body); err != nil {
+			return nil, err
+		}
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return nil, fmt.Errorf("%s v%d: malformed: %v", kmsg.NameForKey(h.key), h.version, err)
+	}
+	start := time.Now()
+	resp := s.serve(c, h, req)
+	resp.SetVersion(h.version)
+	s.m.observe(kmsg.NameForKey(h.key), time.Since(start))
+	return frameResponse(h, resp, req.IsFlexible()), nil
+}
+
+// frameResponse is the size, the response header (the correlation ID,
+// and empty tagged fields on a flexible version but ApiVersions', whose
+// header is always v0) and the body.
+func frameResponse(h header, resp kmsg.Response, flexible bool) []byte {
+	out := make([]byte, 8, 64)
+	binary.BigEndian.PutUint32(out[4:], uint32(h.correlation))
+	if flexible && h.key != kmsg.ApiVersions.Int16() {
+		out = append(out, 0)
+	}
+	out = resp.AppendTo(out)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	return out
+}
+
+// serve answers one decoded request.
+func (s *Server) serve(c *conn, h header, req kmsg.Request) kmsg.Response {
+	timeout := s.cfg.RequestTimeout
+	if r, ok := req.(*kmsg.JoinGroupRequest); ok {
+		timeout = max(timeout, time.Duration(rebalanceTimeout(r))*time.Millisecond+timeout)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, timeout)
+	defer cancel()
+	cl := &call{s: s, c: c, h: h}
+	switch r := req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return apiVersions(r)
+	case *kmsg.MetadataRequest:
+		return cl.metadata(r)
+	case *kmsg.FindCoordinatorRequest:
+		return s.findCoordinator(r)
+	case *kmsg.DescribeClusterRequest:
+		return s.describeCluster(r)
+	case *kmsg.JoinGroupRequest:
+		return cl.joinGroup(ctx, r)
+	case *kmsg.SyncGroupRequest:
+		return cl.syncGroup(ctx, r)
+	case *kmsg.HeartbeatRequest:
+		return cl.heartbeat(ctx, r)
+	case *kmsg.LeaveGroupRequest:
+		return cl.leaveGroup(ctx, r)
+	case *kmsg.OffsetCommitRequest:
+		return cl.offsetCommit(ctx, r)
+	case *kmsg.OffsetFetchRequest:
+		return cl.offsetFetch(ctx, r)
+	case *kmsg.DescribeGroupsRequest:
+		return cl.describeGroups(ctx, r)
+	case *kmsg.ListGroupsRequest:
+		return cl.listGroups(ctx, r)
+	case *kmsg.DeleteGroupsRequest:
+		return cl.deleteGroups(ctx, r)
+	case *kmsg.CreateTopicsRequest:
+		return cl.createTopics(ctx, r)
+	case *kmsg.DeleteTopicsRequest:
+		return cl.deleteTopics(ctx, r)
+	case *kmsg.CreatePartitionsRequest:
+		return cl.createPartitions(ctx, r)
+	case *kmsg.FetchRequest:
+		return s.fetch(r)
+	case *kmsg.ListOffsetsRequest:
+		return s.listOffsets(r)
+	}
+	panic(fmt.Sprintf("kafka: API %s is in the table but has no handler", kmsg.NameForKey(h.key)))
+}
+
+// call is one request in flight: the connection's caller and the header.
+type call struct {
+	s *Server
+	c *conn
+	h header
+}

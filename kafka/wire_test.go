@@ -1,0 +1,318 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/coordinator"
+	"github.com/cohortlabs/cohort/errcode"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
+	"github.com/cohortlabs/cohort/kafka"
+)
+
+// raw is a bare Kafka connection: requests written and answers read by
+// hand, so that a test controls every byte.
+type raw struct {
+	t    *testing.T
+	nc   net.Conn
+	corr int32
+}
+
+func dial(t *testing.T, addr string) *raw {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t: t, nc: nc}
+}
+
+// do sends req at its version and reads the answer.
+func (r *raw) do(req kmsg.Request) kmsg.Response {
+	r.t.Helper()
+	r.corr++
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("wire-test")).AppendRequest(nil, req, r.corr)
+	r.send(frame)
+	body := r.read()
+	if got := int32(binary.BigEndian.Uint32(body)); got != r.corr {
+		r.t.Fatalf("answer has correlation ID %d, want %d", got, r.corr)
+	}
+	body = body[4:]
+	if req.IsFlexible() && req.Key() != kmsg.ApiVersions.Int16() {
+		body = body[1:] // the response header's empty tagged fields
+	}
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(body); err != nil {
+		r.t.Fatalf("%s answer: %v", kmsg.NameForKey(req.Key()), err)
+	}
+	return resp
+}
+
+func (r *raw) send(b []byte) {
+	r.t.Helper()
+	_ = r.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.nc.Write(b); err != nil {
+		r.t.Fatalf("write: %v", err)
+	}
+}
+
+func (r *raw) read() []byte {
+	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var size [4]byte
+	if _, err := io.ReadFull(r.nc, size[:]); err != nil {
+		r.t.Fatalf("read: %v", err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(r.nc, body); err != nil {
+		r.t.Fatalf("read: %v", err)
+	}
+	return body
+}
+
+// closed asserts the node closes the connection without an answer.
+func (r *raw) closed(why string) {
+	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := r.nc.Read(make([]byte, 1))
+	if n != 0 || !(errors.Is(err, io.EOF) || isReset(err)) {
+		r.t.Fatalf("%s: the connection stays open (read %d bytes, %v); want it closed", why, n, err)
+	}
+}
+
+func isReset(err error) bool {
+	var ne *net.OpError
+	return errors.As(err, &ne) && !ne.Timeout()
+}
+
+// frame is a request frame with the given header fields and body.
+func frame(key, version int16, corr int32, body []byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(key))
+	b = binary.BigEndian.AppendUint16(b, uint16(version))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, 0xffff) // null client ID
+	b = append(b, body...)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+func apiVersionsOK(t *testing.T, addr string) {
+	t.Helper()
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.SetVersion(3)
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "wire-test", "1"
+	resp := dial(t, addr).do(req).(*kmsg.ApiVersionsResponse)
+	if resp.ErrorCode != 0 || len(resp.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions after a refused request: error %d, %d keys", resp.ErrorCode, len(resp.ApiKeys))
+	}
+}
+
+// TestWire_BadRequestsCloseTheConnectionAndTheNodeServesOn: a request over
+// the size limit, one of an API or version not served, one whose body does
+// not parse, and one whose header is cut short each close their connection
+// without an answer, as a Kafka broker does; the node keeps serving every
+// other connection and nothing committed changes.
+func TestWire_BadRequestsCloseTheConnectionAndTheNodeServesOn(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "orders", 3)
+	addr := c.KafkaAddr(0)
+	cases := []struct {
+		name  string
+		bytes []byte
+	}{
+		{"a size over the limit", binary.BigEndian.AppendUint32(nil, uint32(kafka.DefaultMaxRequestBytes+1))},
+		{"a negative size", binary.BigEndian.AppendUint32(nil, 0xffff_fff0)},
+		{"an API not served (Produce)", frame(kmsg.Produce.Int16(), 9, 1, nil)},
+		{"an unknown API key", frame(999, 0, 1, nil)},
+		{"a version past the served range", frame(kmsg.JoinGroup.Int16(), 99, 1, nil)},
+		{"a body that does not parse", frame(kmsg.JoinGroup.Int16(), 5, 1, []byte{0, 5, 'g'})},
+		{"a client ID longer than the request", append(binary.BigEndian.AppendUint32(nil, 10), 0, 18, 0, 3, 0, 0, 0, 1, 0x7f, 0)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dial(t, addr)
+			r.send(tc.bytes)
+			r.closed(tc.name)
+			apiVersionsOK(t, addr)
+		})
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(12)
+	topic := "orders"
+	md.Topics = []kmsg.MetadataRequestTopic{{Topic: &topic}}
+	resp := dial(t, addr).do(md).(*kmsg.MetadataResponse)
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 || len(resp.Topics[0].Partitions) != 3 {
+		t.Fatalf("metadata of orders after the refusals: %+v", resp.Topics)
+	}
+}
+
+// TestWire_ApiVersionsOfANewerVersion: ApiVersions at a version past the
+// served one is answered in version 0 with UNSUPPORTED_VERSION and the
+// served versions, so that the client retries with one.
+func TestWire_ApiVersionsOfANewerVersion(t *testing.T) {
+	c, _ := startCluster(t)
+	r := dial(t, c.KafkaAddr(0))
+	r.send(frame(kmsg.ApiVersions.Int16(), 99, 7, nil))
+	body := r.read()
+	if corr := int32(binary.BigEndian.Uint32(body)); corr != 7 {
+		t.Fatalf("correlation ID %d, want 7", corr)
+	}
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.SetVersion(0)
+	if err := resp.ReadFrom(body[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("error %d, want UNSUPPORTED_VERSION", resp.ErrorCode)
+	}
+	served := map[int16][2]int16{}
+	for _, k := range resp.ApiKeys {
+		served[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
+	}
+	if v := served[kmsg.JoinGroup.Int16()]; v != [2]int16{0, 9} {
+		t.Fatalf("JoinGroup versions %v, want 0 to 9", v)
+	}
+	if _, ok := served[kmsg.Produce.Int16()]; ok {
+		t.Fatal("Produce is listed; Cohort keeps no records")
+	}
+}
+
+// TestWire_LeaderCoordinatesFollowersRedirect: on every node
+// FindCoordinator names the Raft leader and Metadata names it controller;
+// a follower answers a group request NOT_COORDINATOR and an admin request
+// NOT_CONTROLLER, and lists no groups, while the leader lists them.
+func TestWire_LeaderCoordinatesFollowersRedirect(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "orders", 2)
+	m := join(t, c, "solo", "redirects", kgo.RangeBalancer(), []string{"orders"})
+	waitBalanced(t, adm, "redirects", []*member{m}, map[string]int32{"orders": 2})
+	leader := c.Leader()
+	leaderBroker := kafka.BrokerID(c.Nodes[leader].ID)
+	for i := range c.Nodes {
+		r := dial(t, c.KafkaAddr(i))
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.SetVersion(4)
+		fc.CoordinatorKeys = []string{"redirects", "other"}
+		fr := r.do(fc).(*kmsg.FindCoordinatorResponse)
+		for _, co := range fr.Coordinators {
+			if co.ErrorCode != 0 || co.NodeID != leaderBroker {
+				t.Fatalf("node %d: FindCoordinator(%s) = broker %d, error %d; want the leader %d", i, co.Key, co.NodeID, co.ErrorCode, leaderBroker)
+			}
+		}
+		md := kmsg.NewPtrMetadataRequest()
+		md.SetVersion(12)
+		mr := r.do(md).(*kmsg.MetadataResponse)
+		if mr.ControllerID != leaderBroker || len(mr.Brokers) != 3 {
+			t.Fatalf("node %d: Metadata controller %d with %d brokers; want %d with 3", i, mr.ControllerID, len(mr.Brokers), leaderBroker)
+		}
+
+		lg := kmsg.NewPtrListGroupsRequest()
+		lg.SetVersion(4)
+		listed := r.do(lg).(*kmsg.ListGroupsResponse)
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.SetVersion(4)
+		hb.Group, hb.MemberID, hb.Generation = "redirects", "nobody", 1
+		hr := r.do(hb).(*kmsg.HeartbeatResponse)
+		ct := kmsg.NewPtrCreateTopicsRequest()
+		ct.SetVersion(7)
+		ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "from-" + c.Nodes[i].ID, NumPartitions: 1, ReplicationFactor: -1}}
+		cr := r.do(ct).(*kmsg.CreateTopicsResponse)
+		if i == leader {
+			if listed.ErrorCode != 0 || len(listed.Groups) != 1 || listed.Groups[0].Group != "redirects" || listed.Groups[0].ProtocolType != "consumer" {
+				t.Fatalf("leader's ListGroups: %+v", listed)
+			}
+			if hr.ErrorCode != kerr.UnknownMemberID.Code {
+				t.Fatalf("leader's Heartbeat for an unknown member: error %d, want UNKNOWN_MEMBER_ID", hr.ErrorCode)
+			}
+			if cr.Topics[0].ErrorCode != 0 {
+				t.Fatalf("leader's CreateTopics: error %d", cr.Topics[0].ErrorCode)
+			}
+			continue
+		}
+		if listed.ErrorCode != 0 || len(listed.Groups) != 0 {
+			t.Fatalf("follower %d lists %+v; want nothing (the leader coordinates every group)", i, listed.Groups)
+		}
+		if hr.ErrorCode != kerr.NotCoordinator.Code {
+			t.Fatalf("follower %d: Heartbeat error %d, want NOT_COORDINATOR", i, hr.ErrorCode)
+		}
+		if cr.Topics[0].ErrorCode != kerr.NotController.Code {
+			t.Fatalf("follower %d: CreateTopics error %d, want NOT_CONTROLLER", i, cr.Topics[0].ErrorCode)
+		}
+	}
+}
+
+// TestWire_KafkaAndGRPCGroupsDoNotMix: a group joined through one front
+// refuses a member of the other, INCONSISTENT_GROUP_PROTOCOL, and keeps its
+// members.
+func TestWire_KafkaAndGRPCGroupsDoNotMix(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "orders", 2)
+	leader := c.Leader()
+	r := dial(t, c.KafkaAddr(leader))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A gRPC group first: a Kafka member is refused.
+	grpcJoin := &cohortv1.JoinGroupRequest{GroupId: "grpc-first", ProtocolType: "consumer", SessionTimeoutMs: 10_000, RebalanceTimeoutMs: 10_000,
+		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, Topics: []string{"orders"}}
+	first, err := joinGRPC(ctx, c, leader, grpcJoin)
+	if err != nil {
+		t.Fatalf("gRPC join: %v", err)
+	}
+	if code := joinKafka(r, "grpc-first"); code != kerr.InconsistentGroupProtocol.Code {
+		t.Fatalf("a Kafka member joining a gRPC group: error %d, want INCONSISTENT_GROUP_PROTOCOL", code)
+	}
+	if g, _ := c.Nodes[leader].FSM.Group("grpc-first"); g == nil || len(g.Members) != 1 || g.Members[0].ID != first.GetMemberId() {
+		t.Fatalf("the gRPC group's members changed: %+v", g)
+	}
+
+	// A Kafka group first: a gRPC member is refused.
+	if code := joinKafka(r, "kafka-first"); code != 0 {
+		t.Fatalf("Kafka join: error %d", code)
+	}
+	grpcJoin.GroupId = "kafka-first"
+	_, err = joinGRPC(ctx, c, leader, grpcJoin)
+	if errcode.Of(err) != errcode.InconsistentGroupProtocol {
+		t.Fatalf("a gRPC member joining a Kafka group: %v, want INCONSISTENT_GROUP_PROTOCOL", err)
+	}
+}
+
+// joinGRPC joins through the gRPC front, taking the member-ID round trip.
+func joinGRPC(ctx context.Context, c *testcluster.Cluster, node int, req *cohortv1.JoinGroupRequest) (*cohortv1.JoinGroupResponse, error) {
+	resp, err := c.Nodes[node].Engine.JoinGroup(ctx, req, "127.0.0.1")
+	if idErr, ok := errors.AsType[*coordinator.MemberIDRequiredError](err); ok {
+		req.MemberId = idErr.MemberID
+		resp, err = c.Nodes[node].Engine.JoinGroup(ctx, req, "127.0.0.1")
+	}
+	return resp, err
+}
+
+// joinKafka joins group as a new Kafka consumer (JoinGroup v9, with the
+// MEMBER_ID_REQUIRED round trip) and returns the final error code.
+func joinKafka(r *raw, group string) int16 {
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Topics = []string{"orders"}
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.SetVersion(9)
+	req.Group, req.ProtocolType, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = group, "consumer", 10_000, 10_000
+	req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
+	resp := r.do(req).(*kmsg.JoinGroupResponse)
+	if resp.ErrorCode == kerr.MemberIDRequired.Code {
+		req.MemberID = resp.MemberID
+		resp = r.do(req).(*kmsg.JoinGroupResponse)
+	}
+	return resp.ErrorCode
+}
