@@ -24,8 +24,8 @@ import (
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
-	"github.com/cohortlabs/cohort/kafka"
 	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+	"github.com/cohortlabs/cohort/kafka"
 	"github.com/cohortlabs/cohort/raftnode"
 	"github.com/cohortlabs/cohort/rpc"
 )
