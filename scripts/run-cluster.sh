@@ -12,6 +12,7 @@
 #   COHORT_GRPC_PORT_BASE  default 9001 -> gRPC  127.0.0.1:9001..9003
 #   COHORT_HTTP_PORT_BASE  default 8001 -> HTTP  127.0.0.1:8001..8003
 #                                          (/healthz /readyz /metrics)
+#   COHORT_KAFKA_PORT_BASE default 9092 -> Kafka 127.0.0.1:9092..9094
 # Extra arguments for every node: COHORTD_ARGS (word-split).
 #
 # The nodes form the cluster with --bootstrap-expect 3; restarting the
@@ -34,6 +35,7 @@ host=127.0.0.1
 raft_base=${COHORT_RAFT_PORT_BASE:-7001}
 grpc_base=${COHORT_GRPC_PORT_BASE:-9001}
 http_base=${COHORT_HTTP_PORT_BASE:-8001}
+kafka_base=${COHORT_KAFKA_PORT_BASE:-9092}
 read -r -a extra <<<"${COHORTD_ARGS:-}"
 
 join=""
@@ -64,13 +66,14 @@ for i in 1 2 3; do
 		--raft-addr "$host:$((raft_base + i - 1))" \
 		--grpc-addr "$host:$((grpc_base + i - 1))" \
 		--http-addr "$host:$((http_base + i - 1))" \
+		--kafka-addr "$host:$((kafka_base + i - 1))" \
 		--bootstrap-expect 3 \
 		--join "$join" \
 		"${extra[@]}" \
 		> >(sed -u "s/^/[node$i] /") 2>&1 &
 	pids+=("$!")
 done
-echo "run-cluster: started node1..node3 (pids ${pids[*]}); gRPC $join; HTTP $host:$http_base..$((http_base + 2)); data in $root; Ctrl-C stops" >&2
+echo "run-cluster: started node1..node3 (pids ${pids[*]}); gRPC $join; HTTP $host:$http_base..$((http_base + 2)); Kafka $host:$kafka_base..$((kafka_base + 2)); data in $root; Ctrl-C stops" >&2
 
 # wait_pid PID: sets rc to PID's exit status. A trapped signal interrupts
 # bash's wait with a status above 128 while the child still runs; wait again.

@@ -258,6 +258,14 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 		return fmt.Errorf("listen for HTTP on %s: %w", o.httpAddr, err)
 	}
 	defer httpLis.Close()
+	var kafkaLis net.Listener
+	if o.kafkaAddr != "" {
+		if kafkaLis, err = net.Listen("tcp", o.kafkaAddr); err != nil {
+			return fmt.Errorf("listen for Kafka on %s: %w", o.kafkaAddr, err)
+		}
+		defer kafkaLis.Close()
+		kafkaAdvertise = advertised(o.kafkaAdvertise, kafkaLis)
+	}
 
 	sec, err := o.security(grpcLis.Addr())
 	if err != nil {
@@ -277,13 +285,14 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	cc.KafkaAdvertise = kafkaAdvertise
 	cc.Logger = log
 	srv, err := server.Start(server.Config{
-		Raft:         rc,
-		Cluster:      cc,
-		Security:     sec,
-		GRPC:         o.grpcLimits,
-		Coordinator:  o.coordinatorConfig(log),
-		GRPCListener: grpcLis,
-		Logger:       log,
+		Raft:          rc,
+		Cluster:       cc,
+		Security:      sec,
+		GRPC:          o.grpcLimits,
+		Coordinator:   o.coordinatorConfig(log),
+		GRPCListener:  grpcLis,
+		KafkaListener: kafkaLis,
+		Logger:        log,
 	})
 	if err != nil {
 		return err
