@@ -16,6 +16,7 @@ import (
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/kafkatest"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 	"github.com/cohortlabs/cohort/kafka"
 )
@@ -198,7 +199,7 @@ func TestWire_LeaderCoordinatesFollowersRedirect(t *testing.T) {
 	c, adm := startCluster(t)
 	createTopic(t, c, adm, "orders", 2)
 	m := join(t, c, "solo", "redirects", kgo.RangeBalancer(), []string{"orders"})
-	waitBalanced(t, adm, "redirects", []*member{m}, map[string]int32{"orders": 2})
+	kafkatest.WaitBalanced(t, adm, "redirects", []*kafkatest.Member{m}, map[string]int32{"orders": 2})
 	leader := c.Leader()
 	leaderBroker := kafka.BrokerID(c.Nodes[leader].ID)
 	for i := range c.Nodes {

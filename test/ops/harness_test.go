@@ -57,7 +57,10 @@ type node struct {
 	id                   string
 	dir                  string
 	raft, grpcAddr, http string
-	args                 []string
+	// kafka is the node's Kafka listener address, served when the
+	// cluster's kafka is set.
+	kafka string
+	args  []string
 
 	out  *proc.Log     // every start's output
 	proc *proc.Process // the latest start; nil before the first
@@ -81,6 +84,8 @@ type cluster struct {
 	// harness and cohortctl call with TLS.
 	tlsMode   string
 	callerTLS bool
+	// kafka gives every node a Kafka listener (--kafka-addr).
+	kafka bool
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -157,9 +162,9 @@ func (c *cluster) alloc(id string) *node {
 	if n, ok := c.nodes[id]; ok {
 		return n
 	}
-	ports := proc.PortsT(c.t, 3)
+	ports := proc.PortsT(c.t, 4)
 	n := &node{id: id, dir: filepath.Join(c.t.TempDir(), id), out: proc.NewLog(proc.DefaultKeep),
-		raft: proc.LoopbackAddr(ports[0]), grpcAddr: proc.LoopbackAddr(ports[1]), http: proc.LoopbackAddr(ports[2])}
+		raft: proc.LoopbackAddr(ports[0]), grpcAddr: proc.LoopbackAddr(ports[1]), http: proc.LoopbackAddr(ports[2]), kafka: proc.LoopbackAddr(ports[3])}
 	if c.pki != "" {
 		if _, err := c.ca.IssueFiles(c.pki, id, auth.Principal{Role: auth.RoleNode, Name: id}, []string{"127.0.0.1"}, time.Hour); err != nil {
 			c.t.Fatal(err)
@@ -179,6 +184,9 @@ func (c *cluster) start(id string, args ...string) *node {
 		c.t.Fatalf("start %s: already running", id)
 	}
 	all := append([]string{"--node-id", id, "--data-dir", n.dir, "--raft-addr", n.raft, "--grpc-addr", n.grpcAddr, "--http-addr", n.http}, c.common...)
+	if c.kafka {
+		all = append(all, "--kafka-addr", n.kafka)
+	}
 	if c.pki != "" && c.tlsMode != "off" {
 		f := c.files(id)
 		all = append(all, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)

@@ -1,0 +1,274 @@
+// Package kafkatest drives a Cohort cluster's Kafka listeners with
+// franz-go, an independent Kafka client, for tests: kgo consumer-group
+// members that track what they hold, the wait for a complete and disjoint
+// assignment, commits that must be acknowledged, and kadm reads.
+package kafkatest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/internal/proc"
+)
+
+// NewClient is a kgo client of seeds with opts, closed by t.Cleanup. Its
+// requests retry for 20 s (a leader change takes a second or two); with
+// COHORT_TEST_LOG set it logs at debug level.
+func NewClient(t testing.TB, seeds []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	base := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RetryTimeout(20 * time.Second)}
+	if os.Getenv("COHORT_TEST_LOG") != "" {
+		base = append(base, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Member is one kgo consumer of a group, polling in the background, with
+// the partitions it holds as its rebalance callbacks tell.
+type Member struct {
+	Name   string
+	Client *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	held map[string]map[int32]bool
+}
+
+func (m *Member) change(parts map[string][]int32, add bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for topic, ps := range parts {
+		if m.held[topic] == nil {
+			m.held[topic] = map[int32]bool{}
+		}
+		for _, p := range ps {
+			if add {
+				m.held[topic][p] = true
+			} else {
+				delete(m.held[topic], p)
+			}
+		}
+	}
+}
+
+// Holding is what the member holds, as "topic/partition" strings.
+func (m *Member) Holding() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for topic, ps := range m.held {
+		for p := range ps {
+			out = append(out, fmt.Sprintf("%s/%d", topic, p))
+		}
+	}
+	return out
+}
+
+// Join starts a consumer named name (its client ID) of group on topics
+// with the balancer: no autocommit, 100 ms heartbeats, 10 s sessions.
+// extra adds options (TLS, a static instance ID). t.Cleanup stops it.
+func Join(t testing.TB, seeds []string, name, group string, balancer kgo.GroupBalancer, topics []string, extra ...kgo.Opt) *Member {
+	t.Helper()
+	m := &Member{Name: name, done: make(chan struct{}), held: map[string]map[int32]bool{}}
+	opts := append([]kgo.Opt{
+		kgo.ClientID(name),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topics...), kgo.Balancers(balancer),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(10 * time.Second), kgo.RebalanceTimeout(15 * time.Second),
+		kgo.HeartbeatInterval(100 * time.Millisecond), kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { m.change(p, true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { m.change(p, false) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { m.change(p, false) }),
+	}, extra...)
+	m.Client = NewClient(t, seeds, opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		for ctx.Err() == nil {
+			m.Client.PollFetches(ctx)
+		}
+	}()
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// Stop stops polling and leaves the group.
+func (m *Member) Stop() {
+	if m.cancel == nil {
+		return
+	}
+	m.cancel()
+	<-m.done
+	m.cancel = nil
+	m.Client.Close() // leaves the group
+}
+
+// WaitBalanced waits until the members hold every partition of the topics
+// between them, each partition once, and DescribeGroups says the group is
+// Stable with exactly these members holding exactly that.
+func WaitBalanced(t testing.TB, adm *kadm.Client, group string, members []*Member, partitions map[string]int32) {
+	t.Helper()
+	want := 0
+	for _, n := range partitions {
+		want += int(n)
+	}
+	proc.WaitFor(t, 60*time.Second, "a complete, disjoint assignment", func() (bool, string) {
+		owner := map[string]string{}
+		for _, m := range members {
+			for _, tp := range m.Holding() {
+				if prev, ok := owner[tp]; ok {
+					return false, fmt.Sprintf("%s held by %s and %s", tp, prev, m.Name)
+				}
+				owner[tp] = m.Name
+			}
+		}
+		if len(owner) != want {
+			return false, fmt.Sprintf("%d of %d partitions held", len(owner), want)
+		}
+		for topic, n := range partitions {
+			for p := range n {
+				if _, ok := owner[fmt.Sprintf("%s/%d", topic, p)]; !ok {
+					return false, fmt.Sprintf("%s/%d held by nobody", topic, p)
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		described, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			return false, fmt.Sprintf("describe: %v", err)
+		}
+		d := described[group]
+		if d.Err != nil || d.State != "Stable" || len(d.Members) != len(members) {
+			return false, fmt.Sprintf("group %s: %v, %d members, want Stable with %d", d.State, d.Err, len(d.Members), len(members))
+		}
+		assigned := map[string]string{}
+		for _, dm := range d.Members {
+			ca, ok := dm.Assigned.AsConsumer()
+			if !ok {
+				return false, fmt.Sprintf("member %s: assignment not in the consumer protocol", dm.ClientID)
+			}
+			for _, tp := range ca.Topics {
+				for _, p := range tp.Partitions {
+					assigned[fmt.Sprintf("%s/%d", tp.Topic, p)] = dm.ClientID
+				}
+			}
+		}
+		if !maps.Equal(assigned, owner) {
+			return false, fmt.Sprintf("the coordinator's assignment %v differs from the members' %v", assigned, owner)
+		}
+		return true, ""
+	})
+}
+
+// Offsets are committed offsets by "topic/partition".
+type Offsets map[string]int64
+
+// OwnOffsets is an offset for every partition m holds: base plus the
+// partition number.
+func OwnOffsets(m *Member, base int64) Offsets {
+	out := Offsets{}
+	for _, tp := range m.Holding() {
+		_, p := splitTP(tp)
+		out[tp] = base + int64(p)
+	}
+	return out
+}
+
+func splitTP(tp string) (string, int32) {
+	i := strings.LastIndexByte(tp, '/')
+	var p int32
+	_, _ = fmt.Sscan(tp[i+1:], &p)
+	return tp[:i], p
+}
+
+// Commit commits offs as m (its current generation) with kgo's
+// CommitOffsetsSync and fails the test unless every partition is
+// acknowledged; acked, when not nil, records what was.
+func Commit(t testing.TB, m *Member, offs Offsets, acked Offsets) {
+	t.Helper()
+	req := map[string]map[int32]kgo.EpochOffset{}
+	for tp, o := range offs {
+		topic, p := splitTP(tp)
+		if req[topic] == nil {
+			req[topic] = map[int32]kgo.EpochOffset{}
+		}
+		req[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var failed []string
+	m.Client.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			failed = append(failed, err.Error())
+			return
+		}
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.ErrorCode != 0 {
+					failed = append(failed, fmt.Sprintf("%s/%d: error %d", rt.Topic, rp.Partition, rp.ErrorCode))
+				}
+			}
+		}
+	})
+	if len(failed) > 0 {
+		t.Fatalf("commit as %s: %s", m.Name, strings.Join(failed, "; "))
+	}
+	if acked != nil {
+		maps.Copy(acked, offs)
+	}
+}
+
+// FetchOffsets is the group's committed offsets as kadm reads them.
+func FetchOffsets(t testing.TB, adm *kadm.Client, group string) Offsets {
+	t.Helper()
+	var out Offsets
+	proc.WaitFor(t, 30*time.Second, "the committed offsets", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := adm.FetchOffsets(ctx, group)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		out = Offsets{}
+		resp.Each(func(o kadm.OffsetResponse) {
+			out[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o.At
+		})
+		return true, ""
+	})
+	return out
+}
+
+// CreateTopic creates a topic through adm and fails the test on an error.
+func CreateTopic(t testing.TB, adm *kadm.Client, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
