@@ -1,0 +1,133 @@
+package ops
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortlabs/cohort/client"
+	"github.com/cohortlabs/cohort/internal/kafkatest"
+	"github.com/cohortlabs/cohort/internal/proc"
+)
+
+// kafkaAddrs are the Kafka addresses of the cluster's nodes.
+func (c *cluster) kafkaAddrs() []string {
+	var out []string
+	for _, id := range c.order {
+		out = append(out, c.nodes[id].kafka)
+	}
+	return out
+}
+
+// kafkaTLS is the TLS configuration of a Kafka caller with the certificate
+// issued as base; with base "" the caller has no certificate (it only
+// checks the nodes' certificates against the cluster's CA).
+func (c *cluster) kafkaTLS(base string) *tls.Config {
+	c.t.Helper()
+	if base != "" {
+		f := c.files(base)
+		tc, err := client.LoadTLS(f.Cert, f.Key, f.CA)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return tc
+	}
+	pem, err := os.ReadFile(c.files("admin").CA)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+}
+
+// kafkaAdmin is a kadm client of the cluster with a caller's certificate.
+func (c *cluster) kafkaAdmin(base string) *kadm.Client {
+	return kadm.NewClient(kafkatest.NewClient(c.t, c.kafkaAddrs(), kgo.DialTLSConfig(c.kafkaTLS(base))))
+}
+
+// TestProcess_Kafka_MutualTLSAuthorizesAndCommitsSurviveLeaderKill9: three
+// cohortd processes with mutual TLS serve Kafka clients over TLS.
+//   - The principal of a Kafka client's certificate is authorized by the
+//     gRPC front's method table: a client may not create topics, an admin
+//     may, and a caller without a certificate may not even describe a group.
+//   - kgo consumers with client certificates reach a complete, disjoint
+//     assignment and commit.
+//   - The Raft leader is killed with SIGKILL. The consumers find the new
+//     coordinator, the group's generation does not go back, every
+//     acknowledged commit is fetched back, and commits go on.
+func TestProcess_Kafka_MutualTLSAuthorizesAndCommitsSurviveLeaderKill9(t *testing.T) {
+	c := newSecureCluster(t)
+	c.kafka = true
+	c.form(3)
+	adm := c.kafkaAdmin("admin")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	resp, err := c.kafkaAdmin("client").CreateTopic(ctx, 3, 1, nil, "by-client")
+	if err == nil {
+		err = resp.Err
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("a client creating a topic: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	kafkatest.CreateTopic(t, adm, "orders", 6)
+	described, err := c.kafkaAdmin("").DescribeGroups(ctx, "billing")
+	if err == nil {
+		err = described["billing"].Err
+	}
+	if !errors.Is(err, kerr.GroupAuthorizationFailed) {
+		t.Fatalf("an anonymous caller describing a group: %v, want GROUP_AUTHORIZATION_FAILED", err)
+	}
+
+	partitions := map[string]int32{"orders": 6}
+	var members []*kafkatest.Member
+	for i := range 3 {
+		members = append(members, kafkatest.Join(t, c.kafkaAddrs(), fmt.Sprintf("c%d", i), "billing", kgo.CooperativeStickyBalancer(), []string{"orders"},
+			kgo.DialTLSConfig(c.kafkaTLS("client"))))
+	}
+	kafkatest.WaitBalanced(t, adm, "billing", members, partitions)
+	acked := kafkatest.Offsets{}
+	for _, m := range members {
+		kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 500), acked)
+	}
+	_, genBefore := members[0].Client.GroupMetadata()
+
+	st, err := c.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := st.GetLeaderId()
+	c.kill(leader)
+	proc.WaitFor(t, 30*time.Second, "a new leader", func() (bool, string) {
+		st, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.GetLeaderId() != "" && st.GetLeaderId() != leader, "leader " + st.GetLeaderId()
+	})
+	adm = c.kafkaAdmin("admin") // a long-lived kadm keeps a dead coordinator: kafka/kafka_test.go
+	if got := kafkatest.FetchOffsets(t, adm, "billing"); !maps.Equal(got, acked) {
+		t.Fatalf("after SIGKILL of the leader kadm fetched %v, the members had committed %v", got, acked)
+	}
+	kafkatest.WaitBalanced(t, adm, "billing", members, partitions)
+	for _, m := range members {
+		if _, gen := m.Client.GroupMetadata(); gen < genBefore {
+			t.Fatalf("%s is at generation %d after the failover, %d before", m.Name, gen, genBefore)
+		}
+		kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 900), acked)
+	}
+	if got := kafkatest.FetchOffsets(t, adm, "billing"); !maps.Equal(got, acked) {
+		t.Fatalf("kadm fetched %v, the members committed %v", got, acked)
+	}
+}
