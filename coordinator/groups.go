@@ -494,6 +494,48 @@ func (e *Engine) DeleteGroups(ctx context.Context, r *cohortv1.DeleteGroupsReque
 	return resp, nil
 }
 
+// DeleteOffsets deletes committed offsets of a group, partition by
+// partition (Kafka's OffsetDelete).
+func (e *Engine) DeleteOffsets(ctx context.Context, r *cohortv1.DeleteOffsetsRequest) (*cohortv1.DeleteOffsetsResponse, error) {
+	if err := e.cfg.Limits.checkGroupID(r.GetGroupId()); err != nil {
+		return nil, err
+	}
+	cmd := &fsmv1.DeleteOffsets{GroupId: r.GetGroupId()}
+	for _, tp := range r.GetPartitions() {
+		if err := e.cfg.Limits.checkTopic("partitions[].topic", tp.GetTopic()); err != nil {
+			return nil, err
+		}
+		for _, p := range tp.GetPartitions() {
+			if p < 0 {
+				return nil, invalid("partition %d of topic %q is negative", p, tp.GetTopic())
+			}
+			cmd.Partitions = append(cmd.Partitions, &fsmv1.PartitionKey{Topic: tp.GetTopic(), Partition: p})
+		}
+	}
+	if len(cmd.Partitions) == 0 {
+		return nil, invalid("partitions names no partition")
+	}
+	if len(cmd.Partitions) > fsm.MaxDeleteOffsets {
+		return nil, invalid("partitions names %d partitions, over the limit of %d", len(cmd.Partitions), fsm.MaxDeleteOffsets)
+	}
+	if err := e.awaitServing(ctx); err != nil {
+		return nil, err
+	}
+	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_DeleteOffsets{DeleteOffsets: cmd}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	resp := &cohortv1.DeleteOffsetsResponse{}
+	for _, p := range res.Partitions {
+		code, msg := itemError(p.Err)
+		resp.Partitions = append(resp.Partitions, &cohortv1.DeleteOffsetsPartitionResult{Topic: p.Topic, Partition: p.Partition, Error: code, ErrorMessage: msg})
+	}
+	return resp, nil
+}
+
 // CreateTopic, DeleteTopic and AddPartitions change topic metadata.
 func (e *Engine) CreateTopic(ctx context.Context, name string, partitions int32) error {
 	if err := e.cfg.Limits.validateTopic(name, partitions, true); err != nil {

@@ -57,6 +57,10 @@ const (
 
 	// A replicated budget refused growth of the state.
 	BudgetExceeded Code = 27
+
+	// Offsets of a topic the group's members subscribe to cannot be
+	// deleted.
+	GroupSubscribedToTopic Code = 28
 )
 
 // Unknown is what Of says of a non-nil error that carries no protocol code
@@ -129,6 +133,8 @@ var (
 	ErrAutopilotManaged      = &Error{AutopilotManaged, "AUTOPILOT_MANAGED", false, "Autopilot manages suffrage and would undo the change: disable autopilot first."}
 
 	ErrBudgetExceeded = &Error{BudgetExceeded, "BUDGET_EXCEEDED", false, "The change would take the cluster's state past a budget (topics, partitions, groups, members, metadata, offsets or state bytes); the message names it. Free room or raise the budget."}
+
+	ErrGroupSubscribedToTopic = &Error{GroupSubscribedToTopic, "GROUP_SUBSCRIBED_TO_TOPIC", false, "Members of the group subscribe to the topic, so its committed offsets cannot be deleted."}
 )
 
 // errs is the table of codes, indexed by Code; None has no Error.
@@ -161,6 +167,7 @@ var errs = [...]*Error{
 	ConfigurationConflict:     ErrConfigurationConflict,
 	AutopilotManaged:          ErrAutopilotManaged,
 	BudgetExceeded:            ErrBudgetExceeded,
+	GroupSubscribedToTopic:    ErrGroupSubscribedToTopic,
 }
 
 // Codes returns every protocol code, NONE first, in numeric order.

@@ -53,6 +53,8 @@ func (s *State) apply(cmd *fsmv1.Command) (res *ApplyResult) {
 		return s.batch(now, cmd.GetVersion(), c.Batch)
 	case *fsmv1.Command_SetBudgets:
 		return s.setBudgets(c.SetBudgets)
+	case *fsmv1.Command_DeleteOffsets:
+		return s.deleteOffsets(c.DeleteOffsets)
 	case nil:
 		return fail(errcode.Errorf(errcode.InvalidArgument, "command has no kind"))
 	default:

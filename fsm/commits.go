@@ -154,6 +154,44 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 	return res
 }
 
+// MaxDeleteOffsets bounds the partitions of one DeleteOffsets command.
+const MaxDeleteOffsets = 100_000
+
+// deleteOffsets removes committed offsets of one group, partition by
+// partition (command rules 5). Each partition is answered in
+// res.Partitions in the order asked; deleting an offset that is not there
+// succeeds.
+func (s *State) deleteOffsets(c *fsmv1.DeleteOffsets) *ApplyResult {
+	id := c.GetGroupId()
+	g, ok := s.groups[id]
+	switch {
+	case s.rules < 5:
+		return fail(errcode.Errorf(errcode.InvalidArgument, "deleting offsets needs command rules 5; this entry was written under rules %d (a server of the cluster runs an older cohortd)", s.rules))
+	case len(c.GetPartitions()) == 0:
+		return fail(errcode.Errorf(errcode.InvalidArgument, "delete of group %q's offsets names no partitions", id))
+	case len(c.GetPartitions()) > MaxDeleteOffsets:
+		return fail(errcode.Errorf(errcode.InvalidArgument, "delete names %d partitions, over the limit of %d", len(c.GetPartitions()), MaxDeleteOffsets))
+	case !ok:
+		return fail(errcode.Errorf(errcode.GroupIDNotFound, "group %q does not exist", id))
+	}
+	res := &ApplyResult{Partitions: make([]PartitionResult, len(c.GetPartitions()))}
+	doomed := map[offsets.Key]bool{}
+	for i, p := range c.GetPartitions() {
+		r := PartitionResult{Topic: p.GetTopic(), Partition: p.GetPartition()}
+		if count(&g.ix.topics, p.GetTopic()) > 0 {
+			r.Err = errcode.Errorf(errcode.GroupSubscribedToTopic, "members of group %q subscribe to topic %q, so its offsets stay", id, p.GetTopic())
+		} else {
+			doomed[offsets.Key{Topic: p.GetTopic(), Partition: p.GetPartition()}] = true
+		}
+		res.Partitions[i] = r
+	}
+	if len(doomed) > 0 {
+		s.offsets.Expire(id, func(k offsets.Key, _ offsets.Value) bool { return doomed[k] })
+	}
+	res.Group = g
+	return res
+}
+
 func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
 	if c.GetRetentionMs() <= 0 {
 		return fail(errcode.Errorf(errcode.InvalidArgument, "retention_ms %d must be positive", c.GetRetentionMs()))

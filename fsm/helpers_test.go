@@ -245,3 +245,17 @@ func wantCode(t testing.TB, err error, code errcode.Code) {
 		}
 	}
 }
+
+type deleteOffsets struct {
+	group      string
+	topic      string
+	partitions []int32
+}
+
+func (d deleteOffsets) set(c *fsmv1.Command) {
+	do := &fsmv1.DeleteOffsets{GroupId: d.group}
+	for _, p := range d.partitions {
+		do.Partitions = append(do.Partitions, &fsmv1.PartitionKey{Topic: d.topic, Partition: p})
+	}
+	c.Kind = &fsmv1.Command_DeleteOffsets{DeleteOffsets: do}
+}

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -267,5 +268,65 @@ func TestRules5_AnInvalidKafkaAddressIsRefused(t *testing.T) {
 	h.ok(under(4, cmd))
 	if n := h.f.Nodes(); len(n) != 1 || n[0].KafkaAddress != "" {
 		t.Fatalf("rules 4: registry %+v, want n1 without a Kafka address", n)
+	}
+}
+
+// TestRules5_DeleteOffsets: Kafka's OffsetDelete. Offsets of a topic no
+// member subscribes to are deleted, those of a subscribed topic stay
+// (GROUP_SUBSCRIBED_TO_TOPIC), partition by partition in one command; an
+// unknown group is refused whole; under rules 4 the command changes
+// nothing.
+func TestRules5_DeleteOffsets(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.ok(at(1, createTopic{"t", 4}))
+	h.ok(at(2, createTopic{"old", 2}))
+	// Offsets of "old" from before the group had members, then member a
+	// subscribing to t alone.
+	h.ok(at(3, commit{group: "g", generation: -1, topic: "old", partitions: []int32{0, 1}, offset: 9}))
+	h.ok(at(4, join{group: "g", member: "a", topics: []string{"t"}, newMember: true}))
+	h.ok(at(5, syncCmd{"g", 1, "a", plan{"a": {"t": {0, 1, 2, 3}}}}))
+	h.ok(at(6, commit{group: "g", generation: 1, member: "a", topic: "t", partitions: []int32{0}, offset: 5}))
+	offsetsOf := func() map[string]int64 {
+		out := map[string]int64{}
+		h.f.Read(func(s *State) {
+			for _, e := range s.Offsets("g") {
+				out[e.Key.String()] = e.Value.Offset
+			}
+		})
+		return out
+	}
+	before := offsetsOf()
+	if len(before) != 3 {
+		t.Fatalf("offsets before: %v, want t/0, old/0, old/1", before)
+	}
+
+	res := h.refused(under(4, at(9, deleteOffsets{"g", "old", []int32{0}})), errcode.InvalidArgument)
+	if !strings.Contains(res.Err.Error(), "rules 5") {
+		t.Fatalf("refusal under rules 4: %q, want it to name rules 5", res.Err)
+	}
+	h.refused(under(5, at(9, deleteOffsets{"nope", "old", []int32{0}})), errcode.GroupIDNotFound)
+	h.refused(under(5, at(9, deleteOffsets{"g", "old", nil})), errcode.InvalidArgument)
+	if got := offsetsOf(); !maps.Equal(got, before) {
+		t.Fatalf("refused deletes changed the offsets: %v, before %v", got, before)
+	}
+
+	res = h.ok(under(5, at(10, deleteOffsets{"g", "old", []int32{0, 7}})))
+	wantCode(t, res.Partitions[0].Err, errcode.None)
+	wantCode(t, res.Partitions[1].Err, errcode.None) // nothing to delete
+	res = h.ok(under(5, at(11, deleteOffsets{"g", "t", []int32{0}})))
+	wantCode(t, res.Partitions[0].Err, errcode.GroupSubscribedToTopic)
+	want := map[string]int64{"t/0": 5, "old/1": 9}
+	if got := offsetsOf(); !maps.Equal(got, want) {
+		t.Fatalf("offsets after the deletes: %v, want %v", got, want)
+	}
+	// The state's size follows the deletion, as a snapshot's would.
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+		t.Fatal(err)
+	}
+	live, _ := h.f.Usage()
+	if u, _ := restored.Usage(); u != live {
+		t.Fatalf("usage after restore %+v differs from the live state's %+v", u, live)
 	}
 }

@@ -24,6 +24,7 @@ var apis = map[int16]versions{
 	kmsg.LeaveGroup.Int16():       {0, 5},
 	kmsg.OffsetCommit.Int16():     {0, 8},
 	kmsg.OffsetFetch.Int16():      {0, 8},
+	kmsg.OffsetDelete.Int16():     {0, 0},
 	kmsg.DescribeGroups.Int16():   {0, 5},
 	kmsg.ListGroups.Int16():       {0, 4},
 	kmsg.DeleteGroups.Int16():     {0, 2},

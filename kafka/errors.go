@@ -54,6 +54,7 @@ var kafkaCodes = map[errcode.Code]*kerr.Error{
 	errcode.ConfigurationConflict:     kerr.UnknownServerError,
 	errcode.AutopilotManaged:          kerr.UnknownServerError,
 	errcode.BudgetExceeded:            kerr.PolicyViolation,
+	errcode.GroupSubscribedToTopic:    kerr.GroupSubscribedToTopic,
 }
 
 // kafkaError is err as a Kafka error: nil for nil; a context's end is

@@ -1,6 +1,8 @@
 package kafka_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -8,11 +10,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/kafkatest"
 	"github.com/cohortlabs/cohort/internal/testcluster"
+	"github.com/cohortlabs/cohort/kafka"
 )
 
 // startCluster is a three-node cluster whose nodes serve the Kafka
@@ -171,4 +176,124 @@ func TestKafka_CommitsSurviveLeaderKill(t *testing.T) {
 		t.Fatalf("after the failover kadm fetched %v, the members committed %v", got, acked)
 	}
 	c.Restart(leader)
+}
+
+// TestKafka_AdminMatchesTheGRPCFront: kadm's admin calls through the Kafka
+// listener and the gRPC API (what cohortctl calls) see and change the same
+// state: topics (create, add partitions, delete, list), groups (list,
+// describe, delete), offsets (standalone commit, fetch, delete, with
+// OffsetDelete refusing a subscribed topic) and the cluster's brokers.
+func TestKafka_AdminMatchesTheGRPCFront(t *testing.T) {
+	c, adm := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader := c.Leader()
+
+	createTopic(t, c, adm, "orders", 4)
+	createTopic(t, c, adm, "audit", 2)
+	if _, err := adm.UpdatePartitions(ctx, 6, "audit"); err != nil {
+		t.Fatalf("update partitions: %v", err)
+	}
+	if _, err := adm.DeleteTopics(ctx, "orders"); err != nil {
+		t.Fatalf("delete topics: %v", err)
+	}
+	createTopic(t, c, adm, "orders", 3)
+	grpcTopics, err := c.Topics(leader).ListTopics(ctx, &cohortv1.ListTopicsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for _, tp := range grpcTopics.GetTopics() {
+		want[tp.GetTopic()] = int(tp.GetPartitions())
+	}
+	listed, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for name, d := range listed {
+		got[name] = len(d.Partitions)
+	}
+	if !maps.Equal(got, want) || !maps.Equal(got, map[string]int{"orders": 3, "audit": 6}) {
+		t.Fatalf("kadm lists topics %v, gRPC %v; want orders:3 audit:6", got, want)
+	}
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Brokers) != 3 || md.Controller != kafka.BrokerID(c.Nodes[leader].ID) || md.Cluster != kafka.ClusterID {
+		t.Fatalf("metadata: %d brokers, controller %d (leader %d), cluster %q", len(md.Brokers), md.Controller, kafka.BrokerID(c.Nodes[leader].ID), md.Cluster)
+	}
+
+	// A live group, and offsets of a group without members.
+	m := join(t, c, "live-0", "live", kgo.RangeBalancer(), []string{"orders"})
+	kafkatest.WaitBalanced(t, adm, "live", []*kafkatest.Member{m}, map[string]int32{"orders": 3})
+	kafkatest.Commit(t, m, kafkatest.Offsets{"orders/0": 7}, nil)
+	var reset kadm.Offsets
+	reset.AddOffset("audit", 0, 11, -1)
+	reset.AddOffset("audit", 5, 12, -1)
+	if resp, err := adm.CommitOffsets(ctx, "parked", reset); err != nil || resp.Error() != nil {
+		t.Fatalf("standalone commit: %v %v", err, resp.Error())
+	}
+	if got := kafkatest.FetchOffsets(t, adm, "parked"); !maps.Equal(got, kafkatest.Offsets{"audit/0": 11, "audit/5": 12}) {
+		t.Fatalf("kadm fetched %v for the standalone commit", got)
+	}
+	fetched, err := c.Groups(leader).OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "parked"})
+	if err != nil || len(fetched.GetPartitions()) != 2 || fetched.GetPartitions()[1].GetOffset() != 12 {
+		t.Fatalf("gRPC fetched %v, %v", fetched.GetPartitions(), err)
+	}
+
+	groups, err := adm.ListGroups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcGroups, err := c.Groups(leader).ListGroups(ctx, &cohortv1.ListGroupsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGroups := map[string]string{}
+	for _, g := range grpcGroups.GetGroups() {
+		wantGroups[g.GetGroupId()] = g.GetState()
+	}
+	gotGroups := map[string]string{}
+	for id, g := range groups {
+		gotGroups[id] = g.State
+	}
+	if !maps.Equal(gotGroups, wantGroups) || !maps.Equal(gotGroups, map[string]string{"live": "Stable", "parked": "Empty"}) {
+		t.Fatalf("kadm lists %v, gRPC %v; want live Stable and parked Empty", gotGroups, wantGroups)
+	}
+
+	// OffsetDelete: a subscribed topic's offsets stay.
+	var set kadm.TopicsSet
+	set.Add("orders", 0)
+	if del, err := adm.DeleteOffsets(ctx, "live", set); err != nil || !errors.Is(del.Error(), kerr.GroupSubscribedToTopic) {
+		t.Fatalf("deleting a subscribed topic's offsets: %v %v, want GROUP_SUBSCRIBED_TO_TOPIC", err, del.Error())
+	}
+	set = nil
+	set.Add("audit", 0)
+	if del, err := adm.DeleteOffsets(ctx, "parked", set); err != nil || del.Error() != nil {
+		t.Fatalf("delete offsets: %v %v", err, del.Error())
+	}
+	if got := kafkatest.FetchOffsets(t, adm, "parked"); !maps.Equal(got, kafkatest.Offsets{"audit/5": 12}) {
+		t.Fatalf("after OffsetDelete kadm fetched %v, want audit/5 only", got)
+	}
+
+	// DeleteGroups: a live group stays (NON_EMPTY_GROUP), an empty one goes.
+	deleted, err := adm.DeleteGroups(ctx, "live", "parked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(deleted["live"].Err, kerr.NonEmptyGroup) || deleted["parked"].Err != nil {
+		t.Fatalf("delete groups: live %v (want NON_EMPTY_GROUP), parked %v", deleted["live"].Err, deleted["parked"].Err)
+	}
+	described, err := c.Groups(leader).DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{"parked", "live"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := described.GetGroups()[0].GetState(); st != "Dead" {
+		t.Fatalf("gRPC describes the deleted group as %s, want Dead", st)
+	}
+	if g := described.GetGroups()[1]; g.GetProtocolType() != "kafka.consumer" || len(g.GetMembers()) != 1 || g.GetMembers()[0].GetClientId() != "live-0" {
+		t.Fatalf("gRPC describes the Kafka group as %+v", g)
+	}
 }

@@ -129,3 +129,46 @@ func (c *call) fetchGroup(ctx context.Context, group string, topics []kmsg.Offse
 	}
 	return g
 }
+
+// offsetDelete deletes a group's committed offsets (admins only, as on the
+// gRPC front). A whole-request refusal (no such group, not the
+// coordinator) is the top-level error; each partition has its own.
+func (c *call) offsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetDeleteResponse()
+	req := &cohortv1.DeleteOffsetsRequest{GroupId: r.Group}
+	for _, t := range r.Topics {
+		tp := &cohortv1.TopicPartitions{Topic: t.Topic}
+		for _, p := range t.Partitions {
+			tp.Partitions = append(tp.Partitions, p.Partition)
+		}
+		req.Partitions = append(req.Partitions, tp)
+	}
+	if err := c.authorize(cohortv1.GroupCoordinator_DeleteOffsets_FullMethodName, req); err != nil {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp
+	}
+	out, err := c.s.cfg.Engine.DeleteOffsets(ctx, req)
+	if err != nil {
+		resp.ErrorCode = kafkaCode(err)
+		return resp
+	}
+	results := out.GetPartitions()
+	i := 0
+	for _, t := range r.Topics {
+		rt := kmsg.NewOffsetDeleteResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
+			rp.Partition = p.Partition
+			if i < len(results) {
+				rp.ErrorCode = itemCode(results[i].GetError())
+			} else {
+				rp.ErrorCode = kerr.UnknownServerError.Code
+			}
+			i++
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}

@@ -409,6 +409,8 @@ func (s *Server) serve(c *conn, h header, req kmsg.Request) kmsg.Response {
 		return cl.offsetCommit(ctx, r)
 	case *kmsg.OffsetFetchRequest:
 		return cl.offsetFetch(ctx, r)
+	case *kmsg.OffsetDeleteRequest:
+		return cl.offsetDelete(ctx, r)
 	case *kmsg.DescribeGroupsRequest:
 		return cl.describeGroups(ctx, r)
 	case *kmsg.ListGroupsRequest:

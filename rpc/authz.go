@@ -382,6 +382,7 @@ var authorizationRules = map[string]rule{
 	cohortv1.GroupCoordinator_DescribeGroups_FullMethodName:   clients,
 	cohortv1.GroupCoordinator_ListGroups_FullMethodName:       clients,
 	cohortv1.GroupCoordinator_DeleteGroups_FullMethodName:     admins,
+	cohortv1.GroupCoordinator_DeleteOffsets_FullMethodName:    admins,
 	cohortv1.Topics_ListTopics_FullMethodName:                 clients,
 	cohortv1.Topics_CreateTopic_FullMethodName:                admins,
 	cohortv1.Topics_DeleteTopic_FullMethodName:                admins,

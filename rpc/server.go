@@ -92,6 +92,11 @@ func (s *GroupServer) DeleteGroups(ctx context.Context, r *cohortv1.DeleteGroups
 	return resp, toStatus(err)
 }
 
+func (s *GroupServer) DeleteOffsets(ctx context.Context, r *cohortv1.DeleteOffsetsRequest) (*cohortv1.DeleteOffsetsResponse, error) {
+	resp, err := s.e.DeleteOffsets(ctx, r)
+	return resp, toStatus(err)
+}
+
 func (s *TopicsServer) CreateTopic(ctx context.Context, r *cohortv1.CreateTopicRequest) (*cohortv1.CreateTopicResponse, error) {
 	if err := s.e.CreateTopic(ctx, r.GetName(), r.GetPartitions()); err != nil {
 		return nil, toStatus(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,8 +16,8 @@ import (
 )
 
 func newOffsetsCommand(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "offsets", Short: "Read and reset a group's committed offsets"}
-	c.AddCommand(offsetsGetCommand(g), offsetsResetCommand(g))
+	c := &cobra.Command{Use: "offsets", Short: "Read, reset and delete a group's committed offsets"}
+	c.AddCommand(offsetsGetCommand(g), offsetsResetCommand(g), offsetsDeleteCommand(g))
 	return c
 }
 
@@ -91,22 +92,9 @@ the cluster refuses once the group has members again.`,
 							group, st, len(gr.GetMembers()))
 					}
 				}
-				parts := partitions
-				if len(parts) == 0 {
-					topics, err := client.ListTopics(ctx, cohortv1.NewTopicsClient(conn), &cohortv1.ListTopicsRequest{})
-					if err != nil {
-						return err
-					}
-					for _, t := range topics {
-						if t.GetTopic() == topic {
-							for p := range t.GetPartitions() {
-								parts = append(parts, int(p))
-							}
-						}
-					}
-					if len(parts) == 0 {
-						return fmt.Errorf("topic %q does not exist", topic)
-					}
+				parts, err := topicPartitions(ctx, conn, topic, partitions)
+				if err != nil {
+					return err
 				}
 				req := &cohortv1.OffsetCommitRequest{GroupId: group, Generation: -1}
 				for _, p := range parts {
@@ -118,33 +106,116 @@ the cluster refuses once the group has members again.`,
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			var failed []string
-			for _, p := range resp.GetPartitions() {
-				res := "reset to " + strconv.FormatInt(to, 10)
-				if p.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
-					code, _ := wire.FromEnum(p.GetError())
-					res = fmt.Sprintf("%s: %s", code, p.GetErrorMessage())
-					failed = append(failed, fmt.Sprintf("%s-%d (%s)", p.GetTopic(), p.GetPartition(), res))
-				}
-				rows = append(rows, []string{group, p.GetTopic(), strconv.Itoa(int(p.GetPartition())), res})
-			}
-			if g.output == "json" {
-				err = printJSON(g.out(cmd), resp)
-			} else {
-				err = table(g.out(cmd), []string{"GROUP", "TOPIC", "PARTITION", "RESULT"}, rows)
-			}
-			if err != nil {
-				return err
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("not reset: %s", strings.Join(failed, ", "))
-			}
-			return nil
+			return printPartitionResults(g, cmd, group, resp, resp.GetPartitions(), "reset to "+strconv.FormatInt(to, 10), "not reset")
 		},
 	}
 	c.Flags().StringVar(&topic, "topic", "", "the topic (required)")
 	c.Flags().Int64Var(&to, "to", -1, "the offset to set (required)")
 	c.Flags().IntSliceVar(&partitions, "partitions", nil, "only these partitions (default: all of the topic's)")
 	return c
+}
+
+// topicPartitions are the partitions given, or every partition of topic.
+func topicPartitions(ctx context.Context, conn *grpc.ClientConn, topic string, given []int) ([]int, error) {
+	if len(given) > 0 {
+		return given, nil
+	}
+	topics, err := client.ListTopics(ctx, cohortv1.NewTopicsClient(conn), &cohortv1.ListTopicsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var parts []int
+	for _, t := range topics {
+		if t.GetTopic() == topic {
+			for p := range t.GetPartitions() {
+				parts = append(parts, int(p))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("topic %q does not exist", topic)
+	}
+	return parts, nil
+}
+
+func offsetsDeleteCommand(g *globals) *cobra.Command {
+	var topic string
+	var partitions []int
+	c := &cobra.Command{
+		Use:   "delete GROUP --topic TOPIC",
+		Short: "Delete a group's committed offsets of a topic (Kafka's OffsetDelete)",
+		Long: `Delete the committed offsets of a topic's partitions (all, or --partitions)
+for a group. As in Kafka, the offsets of a topic the group's members
+subscribe to stay (GROUP_SUBSCRIBED_TO_TOPIC); a partition without an offset
+is deleted trivially. Admins only.`,
+		Example: `  cohortctl offsets delete orders --topic payments
+  cohortctl offsets delete orders --topic payments --partitions 0,3`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			group := args[0]
+			if topic == "" {
+				return errors.New("--topic is required")
+			}
+			ctx, cancel := g.ctx(cmd)
+			defer cancel()
+			var resp *cohortv1.DeleteOffsetsResponse
+			err := g.withEndpoint(ctx, func(conn *grpc.ClientConn) error {
+				parts, err := topicPartitions(ctx, conn, topic, partitions)
+				if err != nil {
+					return err
+				}
+				req := &cohortv1.DeleteOffsetsRequest{GroupId: group, Partitions: []*cohortv1.TopicPartitions{{Topic: topic}}}
+				for _, p := range parts {
+					req.Partitions[0].Partitions = append(req.Partitions[0].Partitions, int32(p))
+				}
+				resp, err = cohortv1.NewGroupCoordinatorClient(conn).DeleteOffsets(ctx, req)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return printPartitionResults(g, cmd, group, resp, resp.GetPartitions(), "deleted", "not deleted")
+		},
+	}
+	c.Flags().StringVar(&topic, "topic", "", "the topic (required)")
+	c.Flags().IntSliceVar(&partitions, "partitions", nil, "only these partitions (default: all of the topic's)")
+	return c
+}
+
+// partitionResult is one partition's outcome in an offsets answer.
+type partitionResult interface {
+	GetTopic() string
+	GetPartition() int32
+	GetError() cohortv1.ErrorCode
+	GetErrorMessage() string
+}
+
+// printPartitionResults prints an offsets answer (resp as JSON, or a table
+// saying done for each partition that succeeded) and fails, saying
+// notDone, when a partition did not succeed.
+func printPartitionResults[R partitionResult](g *globals, cmd *cobra.Command, group string, resp any, results []R, done, notDone string) error {
+	var rows [][]string
+	var failed []string
+	for _, p := range results {
+		res := done
+		if p.GetError() != cohortv1.ErrorCode_ERROR_CODE_NONE {
+			code, _ := wire.FromEnum(p.GetError())
+			res = fmt.Sprintf("%s: %s", code, p.GetErrorMessage())
+			failed = append(failed, fmt.Sprintf("%s-%d (%s)", p.GetTopic(), p.GetPartition(), res))
+		}
+		rows = append(rows, []string{group, p.GetTopic(), strconv.Itoa(int(p.GetPartition())), res})
+	}
+	var err error
+	if g.output == "json" {
+		err = printJSON(g.out(cmd), resp)
+	} else {
+		err = table(g.out(cmd), []string{"GROUP", "TOPIC", "PARTITION", "RESULT"}, rows)
+	}
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s: %s", notDone, strings.Join(failed, ", "))
+	}
+	return nil
 }

@@ -44,6 +44,7 @@ var table = [...]struct {
 	{errcode.ConfigurationConflict, cohortv1.ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT},
 	{errcode.AutopilotManaged, cohortv1.ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED},
 	{errcode.BudgetExceeded, cohortv1.ErrorCode_ERROR_CODE_BUDGET_EXCEEDED},
+	{errcode.GroupSubscribedToTopic, cohortv1.ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC},
 }
 
 // ToEnum returns the API enum value of c; false for Unknown and numbers

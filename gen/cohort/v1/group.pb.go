@@ -48,13 +48,14 @@ const (
 	ErrorCode_ERROR_CODE_NOT_LEADER                  ErrorCode = 19
 	ErrorCode_ERROR_CODE_STALE_COMMAND               ErrorCode = 20
 	// Cluster administration refusals (ClusterService; never per item).
-	ErrorCode_ERROR_CODE_UNKNOWN_SERVER         ErrorCode = 21
-	ErrorCode_ERROR_CODE_SERVER_LAGGING         ErrorCode = 22
-	ErrorCode_ERROR_CODE_QUORUM_AT_RISK         ErrorCode = 23
-	ErrorCode_ERROR_CODE_LAST_VOTER             ErrorCode = 24
-	ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT ErrorCode = 25
-	ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED      ErrorCode = 26
-	ErrorCode_ERROR_CODE_BUDGET_EXCEEDED        ErrorCode = 27
+	ErrorCode_ERROR_CODE_UNKNOWN_SERVER            ErrorCode = 21
+	ErrorCode_ERROR_CODE_SERVER_LAGGING            ErrorCode = 22
+	ErrorCode_ERROR_CODE_QUORUM_AT_RISK            ErrorCode = 23
+	ErrorCode_ERROR_CODE_LAST_VOTER                ErrorCode = 24
+	ErrorCode_ERROR_CODE_CONFIGURATION_CONFLICT    ErrorCode = 25
+	ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED         ErrorCode = 26
+	ErrorCode_ERROR_CODE_BUDGET_EXCEEDED           ErrorCode = 27
+	ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC ErrorCode = 28
 )
 
 // Enum value maps for ErrorCode.
@@ -88,6 +89,7 @@ var (
 		25: "ERROR_CODE_CONFIGURATION_CONFLICT",
 		26: "ERROR_CODE_AUTOPILOT_MANAGED",
 		27: "ERROR_CODE_BUDGET_EXCEEDED",
+		28: "ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_NONE":                        0,
@@ -118,6 +120,7 @@ var (
 		"ERROR_CODE_CONFIGURATION_CONFLICT":      25,
 		"ERROR_CODE_AUTOPILOT_MANAGED":           26,
 		"ERROR_CODE_BUDGET_EXCEEDED":             27,
+		"ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC":   28,
 	}
 )
 
@@ -2410,6 +2413,171 @@ func (x *DeleteGroupsResponse) GetGroups() []*DeleteGroupResult {
 	return nil
 }
 
+type DeleteOffsetsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId" json:"group_id,omitempty"`
+	Partitions    []*TopicPartitions     `protobuf:"bytes,2,rep,name=partitions" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOffsetsRequest) Reset() {
+	*x = DeleteOffsetsRequest{}
+	mi := &file_cohort_v1_group_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOffsetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOffsetsRequest) ProtoMessage() {}
+
+func (x *DeleteOffsetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_group_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOffsetsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOffsetsRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteOffsetsRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *DeleteOffsetsRequest) GetPartitions() []*TopicPartitions {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type DeleteOffsetsPartitionResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition" json:"partition,omitempty"`
+	Error         ErrorCode              `protobuf:"varint,3,opt,name=error,enum=cohort.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOffsetsPartitionResult) Reset() {
+	*x = DeleteOffsetsPartitionResult{}
+	mi := &file_cohort_v1_group_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOffsetsPartitionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOffsetsPartitionResult) ProtoMessage() {}
+
+func (x *DeleteOffsetsPartitionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_group_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOffsetsPartitionResult.ProtoReflect.Descriptor instead.
+func (*DeleteOffsetsPartitionResult) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeleteOffsetsPartitionResult) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *DeleteOffsetsPartitionResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *DeleteOffsetsPartitionResult) GetError() ErrorCode {
+	if x != nil {
+		return x.Error
+	}
+	return ErrorCode_ERROR_CODE_NONE
+}
+
+func (x *DeleteOffsetsPartitionResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type DeleteOffsetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per partition asked, in the order asked.
+	Partitions    []*DeleteOffsetsPartitionResult `protobuf:"bytes,1,rep,name=partitions" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOffsetsResponse) Reset() {
+	*x = DeleteOffsetsResponse{}
+	mi := &file_cohort_v1_group_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOffsetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOffsetsResponse) ProtoMessage() {}
+
+func (x *DeleteOffsetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_v1_group_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOffsetsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOffsetsResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeleteOffsetsResponse) GetPartitions() []*DeleteOffsetsPartitionResult {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 type CreateTopicRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
@@ -2420,7 +2588,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[35]
+	mi := &file_cohort_v1_group_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2600,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[35]
+	mi := &file_cohort_v1_group_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2613,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{35}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -2470,7 +2638,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[36]
+	mi := &file_cohort_v1_group_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2650,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[36]
+	mi := &file_cohort_v1_group_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2663,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{36}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{39}
 }
 
 type ListTopicsRequest struct {
@@ -2513,7 +2681,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[37]
+	mi := &file_cohort_v1_group_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2693,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[37]
+	mi := &file_cohort_v1_group_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2706,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{37}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListTopicsRequest) GetAllowStale() bool {
@@ -2574,7 +2742,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[38]
+	mi := &file_cohort_v1_group_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2754,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[38]
+	mi := &file_cohort_v1_group_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2767,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{38}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicPartitionCount {
@@ -2625,7 +2793,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[39]
+	mi := &file_cohort_v1_group_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2805,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[39]
+	mi := &file_cohort_v1_group_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2818,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{39}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2668,7 +2836,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[40]
+	mi := &file_cohort_v1_group_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2848,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[40]
+	mi := &file_cohort_v1_group_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2861,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{40}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{43}
 }
 
 type AddPartitionsRequest struct {
@@ -2707,7 +2875,7 @@ type AddPartitionsRequest struct {
 
 func (x *AddPartitionsRequest) Reset() {
 	*x = AddPartitionsRequest{}
-	mi := &file_cohort_v1_group_proto_msgTypes[41]
+	mi := &file_cohort_v1_group_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2887,7 @@ func (x *AddPartitionsRequest) String() string {
 func (*AddPartitionsRequest) ProtoMessage() {}
 
 func (x *AddPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[41]
+	mi := &file_cohort_v1_group_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2900,7 @@ func (x *AddPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*AddPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{41}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddPartitionsRequest) GetName() string {
@@ -2757,7 +2925,7 @@ type AddPartitionsResponse struct {
 
 func (x *AddPartitionsResponse) Reset() {
 	*x = AddPartitionsResponse{}
-	mi := &file_cohort_v1_group_proto_msgTypes[42]
+	mi := &file_cohort_v1_group_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2937,7 @@ func (x *AddPartitionsResponse) String() string {
 func (*AddPartitionsResponse) ProtoMessage() {}
 
 func (x *AddPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_v1_group_proto_msgTypes[42]
+	mi := &file_cohort_v1_group_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2950,7 @@ func (x *AddPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*AddPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_v1_group_proto_rawDescGZIP(), []int{42}
+	return file_cohort_v1_group_proto_rawDescGZIP(), []int{45}
 }
 
 var File_cohort_v1_group_proto protoreflect.FileDescriptor
@@ -2992,7 +3160,21 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\x0e2\x14.cohort.v1.ErrorCodeR\x05error\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"L\n" +
 	"\x14DeleteGroupsResponse\x124\n" +
-	"\x06groups\x18\x01 \x03(\v2\x1c.cohort.v1.DeleteGroupResultR\x06groups\"H\n" +
+	"\x06groups\x18\x01 \x03(\v2\x1c.cohort.v1.DeleteGroupResultR\x06groups\"m\n" +
+	"\x14DeleteOffsetsRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12:\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1a.cohort.v1.TopicPartitionsR\n" +
+	"partitions\"\xa3\x01\n" +
+	"\x1cDeleteOffsetsPartitionResult\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
+	"\x05error\x18\x03 \x01(\x0e2\x14.cohort.v1.ErrorCodeR\x05error\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"`\n" +
+	"\x15DeleteOffsetsResponse\x12G\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2'.cohort.v1.DeleteOffsetsPartitionResultR\n" +
+	"partitions\"H\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -3016,7 +3198,7 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
 	"partitions\"\x17\n" +
-	"\x15AddPartitionsResponse*\xc4\a\n" +
+	"\x15AddPartitionsResponse*\xee\a\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -3046,7 +3228,8 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x15ERROR_CODE_LAST_VOTER\x10\x18\x12%\n" +
 	"!ERROR_CODE_CONFIGURATION_CONFLICT\x10\x19\x12 \n" +
 	"\x1cERROR_CODE_AUTOPILOT_MANAGED\x10\x1a\x12\x1e\n" +
-	"\x1aERROR_CODE_BUDGET_EXCEEDED\x10\x1b2\x94\x06\n" +
+	"\x1aERROR_CODE_BUDGET_EXCEEDED\x10\x1b\x12(\n" +
+	"$ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC\x10\x1c2\xe8\x06\n" +
 	"\x10GroupCoordinator\x12F\n" +
 	"\tJoinGroup\x12\x1b.cohort.v1.JoinGroupRequest\x1a\x1c.cohort.v1.JoinGroupResponse\x12F\n" +
 	"\tSyncGroup\x12\x1b.cohort.v1.SyncGroupRequest\x1a\x1c.cohort.v1.SyncGroupResponse\x12F\n" +
@@ -3060,7 +3243,8 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x0eDescribeGroups\x12 .cohort.v1.DescribeGroupsRequest\x1a!.cohort.v1.DescribeGroupsResponse\x12I\n" +
 	"\n" +
 	"ListGroups\x12\x1c.cohort.v1.ListGroupsRequest\x1a\x1d.cohort.v1.ListGroupsResponse\x12O\n" +
-	"\fDeleteGroups\x12\x1e.cohort.v1.DeleteGroupsRequest\x1a\x1f.cohort.v1.DeleteGroupsResponse2\xc3\x02\n" +
+	"\fDeleteGroups\x12\x1e.cohort.v1.DeleteGroupsRequest\x1a\x1f.cohort.v1.DeleteGroupsResponse\x12R\n" +
+	"\rDeleteOffsets\x12\x1f.cohort.v1.DeleteOffsetsRequest\x1a .cohort.v1.DeleteOffsetsResponse2\xc3\x02\n" +
 	"\x06Topics\x12L\n" +
 	"\vCreateTopic\x12\x1d.cohort.v1.CreateTopicRequest\x1a\x1e.cohort.v1.CreateTopicResponse\x12I\n" +
 	"\n" +
@@ -3081,52 +3265,55 @@ func file_cohort_v1_group_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_v1_group_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_v1_group_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_cohort_v1_group_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_cohort_v1_group_proto_goTypes = []any{
-	(ErrorCode)(0),                      // 0: cohort.v1.ErrorCode
-	(*ProtocolMetadata)(nil),            // 1: cohort.v1.ProtocolMetadata
-	(*JoinGroupRequest)(nil),            // 2: cohort.v1.JoinGroupRequest
-	(*JoinGroupMember)(nil),             // 3: cohort.v1.JoinGroupMember
-	(*TopicPartitionCount)(nil),         // 4: cohort.v1.TopicPartitionCount
-	(*JoinGroupResponse)(nil),           // 5: cohort.v1.JoinGroupResponse
-	(*TopicPartitions)(nil),             // 6: cohort.v1.TopicPartitions
-	(*Assignment)(nil),                  // 7: cohort.v1.Assignment
-	(*MemberAssignment)(nil),            // 8: cohort.v1.MemberAssignment
-	(*SyncGroupRequest)(nil),            // 9: cohort.v1.SyncGroupRequest
-	(*SyncGroupResponse)(nil),           // 10: cohort.v1.SyncGroupResponse
-	(*HeartbeatRequest)(nil),            // 11: cohort.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 12: cohort.v1.HeartbeatResponse
-	(*WatchGroupRequest)(nil),           // 13: cohort.v1.WatchGroupRequest
-	(*WatchGroupResponse)(nil),          // 14: cohort.v1.WatchGroupResponse
-	(*LeaveMember)(nil),                 // 15: cohort.v1.LeaveMember
-	(*LeaveGroupRequest)(nil),           // 16: cohort.v1.LeaveGroupRequest
-	(*LeaveMemberResult)(nil),           // 17: cohort.v1.LeaveMemberResult
-	(*LeaveGroupResponse)(nil),          // 18: cohort.v1.LeaveGroupResponse
-	(*OffsetCommitPartition)(nil),       // 19: cohort.v1.OffsetCommitPartition
-	(*OffsetCommitRequest)(nil),         // 20: cohort.v1.OffsetCommitRequest
-	(*OffsetCommitPartitionResult)(nil), // 21: cohort.v1.OffsetCommitPartitionResult
-	(*OffsetCommitResponse)(nil),        // 22: cohort.v1.OffsetCommitResponse
-	(*OffsetFetchRequest)(nil),          // 23: cohort.v1.OffsetFetchRequest
-	(*OffsetFetchPartition)(nil),        // 24: cohort.v1.OffsetFetchPartition
-	(*OffsetFetchResponse)(nil),         // 25: cohort.v1.OffsetFetchResponse
-	(*DescribeGroupsRequest)(nil),       // 26: cohort.v1.DescribeGroupsRequest
-	(*GroupMemberDescription)(nil),      // 27: cohort.v1.GroupMemberDescription
-	(*GroupDescription)(nil),            // 28: cohort.v1.GroupDescription
-	(*DescribeGroupsResponse)(nil),      // 29: cohort.v1.DescribeGroupsResponse
-	(*ListGroupsRequest)(nil),           // 30: cohort.v1.ListGroupsRequest
-	(*ListedGroup)(nil),                 // 31: cohort.v1.ListedGroup
-	(*ListGroupsResponse)(nil),          // 32: cohort.v1.ListGroupsResponse
-	(*DeleteGroupsRequest)(nil),         // 33: cohort.v1.DeleteGroupsRequest
-	(*DeleteGroupResult)(nil),           // 34: cohort.v1.DeleteGroupResult
-	(*DeleteGroupsResponse)(nil),        // 35: cohort.v1.DeleteGroupsResponse
-	(*CreateTopicRequest)(nil),          // 36: cohort.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),         // 37: cohort.v1.CreateTopicResponse
-	(*ListTopicsRequest)(nil),           // 38: cohort.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),          // 39: cohort.v1.ListTopicsResponse
-	(*DeleteTopicRequest)(nil),          // 40: cohort.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),         // 41: cohort.v1.DeleteTopicResponse
-	(*AddPartitionsRequest)(nil),        // 42: cohort.v1.AddPartitionsRequest
-	(*AddPartitionsResponse)(nil),       // 43: cohort.v1.AddPartitionsResponse
+	(ErrorCode)(0),                       // 0: cohort.v1.ErrorCode
+	(*ProtocolMetadata)(nil),             // 1: cohort.v1.ProtocolMetadata
+	(*JoinGroupRequest)(nil),             // 2: cohort.v1.JoinGroupRequest
+	(*JoinGroupMember)(nil),              // 3: cohort.v1.JoinGroupMember
+	(*TopicPartitionCount)(nil),          // 4: cohort.v1.TopicPartitionCount
+	(*JoinGroupResponse)(nil),            // 5: cohort.v1.JoinGroupResponse
+	(*TopicPartitions)(nil),              // 6: cohort.v1.TopicPartitions
+	(*Assignment)(nil),                   // 7: cohort.v1.Assignment
+	(*MemberAssignment)(nil),             // 8: cohort.v1.MemberAssignment
+	(*SyncGroupRequest)(nil),             // 9: cohort.v1.SyncGroupRequest
+	(*SyncGroupResponse)(nil),            // 10: cohort.v1.SyncGroupResponse
+	(*HeartbeatRequest)(nil),             // 11: cohort.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 12: cohort.v1.HeartbeatResponse
+	(*WatchGroupRequest)(nil),            // 13: cohort.v1.WatchGroupRequest
+	(*WatchGroupResponse)(nil),           // 14: cohort.v1.WatchGroupResponse
+	(*LeaveMember)(nil),                  // 15: cohort.v1.LeaveMember
+	(*LeaveGroupRequest)(nil),            // 16: cohort.v1.LeaveGroupRequest
+	(*LeaveMemberResult)(nil),            // 17: cohort.v1.LeaveMemberResult
+	(*LeaveGroupResponse)(nil),           // 18: cohort.v1.LeaveGroupResponse
+	(*OffsetCommitPartition)(nil),        // 19: cohort.v1.OffsetCommitPartition
+	(*OffsetCommitRequest)(nil),          // 20: cohort.v1.OffsetCommitRequest
+	(*OffsetCommitPartitionResult)(nil),  // 21: cohort.v1.OffsetCommitPartitionResult
+	(*OffsetCommitResponse)(nil),         // 22: cohort.v1.OffsetCommitResponse
+	(*OffsetFetchRequest)(nil),           // 23: cohort.v1.OffsetFetchRequest
+	(*OffsetFetchPartition)(nil),         // 24: cohort.v1.OffsetFetchPartition
+	(*OffsetFetchResponse)(nil),          // 25: cohort.v1.OffsetFetchResponse
+	(*DescribeGroupsRequest)(nil),        // 26: cohort.v1.DescribeGroupsRequest
+	(*GroupMemberDescription)(nil),       // 27: cohort.v1.GroupMemberDescription
+	(*GroupDescription)(nil),             // 28: cohort.v1.GroupDescription
+	(*DescribeGroupsResponse)(nil),       // 29: cohort.v1.DescribeGroupsResponse
+	(*ListGroupsRequest)(nil),            // 30: cohort.v1.ListGroupsRequest
+	(*ListedGroup)(nil),                  // 31: cohort.v1.ListedGroup
+	(*ListGroupsResponse)(nil),           // 32: cohort.v1.ListGroupsResponse
+	(*DeleteGroupsRequest)(nil),          // 33: cohort.v1.DeleteGroupsRequest
+	(*DeleteGroupResult)(nil),            // 34: cohort.v1.DeleteGroupResult
+	(*DeleteGroupsResponse)(nil),         // 35: cohort.v1.DeleteGroupsResponse
+	(*DeleteOffsetsRequest)(nil),         // 36: cohort.v1.DeleteOffsetsRequest
+	(*DeleteOffsetsPartitionResult)(nil), // 37: cohort.v1.DeleteOffsetsPartitionResult
+	(*DeleteOffsetsResponse)(nil),        // 38: cohort.v1.DeleteOffsetsResponse
+	(*CreateTopicRequest)(nil),           // 39: cohort.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 40: cohort.v1.CreateTopicResponse
+	(*ListTopicsRequest)(nil),            // 41: cohort.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),           // 42: cohort.v1.ListTopicsResponse
+	(*DeleteTopicRequest)(nil),           // 43: cohort.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 44: cohort.v1.DeleteTopicResponse
+	(*AddPartitionsRequest)(nil),         // 45: cohort.v1.AddPartitionsRequest
+	(*AddPartitionsResponse)(nil),        // 46: cohort.v1.AddPartitionsResponse
 }
 var file_cohort_v1_group_proto_depIdxs = []int32{
 	1,  // 0: cohort.v1.JoinGroupRequest.protocols:type_name -> cohort.v1.ProtocolMetadata
@@ -3151,40 +3338,45 @@ var file_cohort_v1_group_proto_depIdxs = []int32{
 	31, // 19: cohort.v1.ListGroupsResponse.groups:type_name -> cohort.v1.ListedGroup
 	0,  // 20: cohort.v1.DeleteGroupResult.error:type_name -> cohort.v1.ErrorCode
 	34, // 21: cohort.v1.DeleteGroupsResponse.groups:type_name -> cohort.v1.DeleteGroupResult
-	4,  // 22: cohort.v1.ListTopicsResponse.topics:type_name -> cohort.v1.TopicPartitionCount
-	2,  // 23: cohort.v1.GroupCoordinator.JoinGroup:input_type -> cohort.v1.JoinGroupRequest
-	9,  // 24: cohort.v1.GroupCoordinator.SyncGroup:input_type -> cohort.v1.SyncGroupRequest
-	11, // 25: cohort.v1.GroupCoordinator.Heartbeat:input_type -> cohort.v1.HeartbeatRequest
-	13, // 26: cohort.v1.GroupCoordinator.WatchGroup:input_type -> cohort.v1.WatchGroupRequest
-	16, // 27: cohort.v1.GroupCoordinator.LeaveGroup:input_type -> cohort.v1.LeaveGroupRequest
-	20, // 28: cohort.v1.GroupCoordinator.OffsetCommit:input_type -> cohort.v1.OffsetCommitRequest
-	23, // 29: cohort.v1.GroupCoordinator.OffsetFetch:input_type -> cohort.v1.OffsetFetchRequest
-	26, // 30: cohort.v1.GroupCoordinator.DescribeGroups:input_type -> cohort.v1.DescribeGroupsRequest
-	30, // 31: cohort.v1.GroupCoordinator.ListGroups:input_type -> cohort.v1.ListGroupsRequest
-	33, // 32: cohort.v1.GroupCoordinator.DeleteGroups:input_type -> cohort.v1.DeleteGroupsRequest
-	36, // 33: cohort.v1.Topics.CreateTopic:input_type -> cohort.v1.CreateTopicRequest
-	38, // 34: cohort.v1.Topics.ListTopics:input_type -> cohort.v1.ListTopicsRequest
-	40, // 35: cohort.v1.Topics.DeleteTopic:input_type -> cohort.v1.DeleteTopicRequest
-	42, // 36: cohort.v1.Topics.AddPartitions:input_type -> cohort.v1.AddPartitionsRequest
-	5,  // 37: cohort.v1.GroupCoordinator.JoinGroup:output_type -> cohort.v1.JoinGroupResponse
-	10, // 38: cohort.v1.GroupCoordinator.SyncGroup:output_type -> cohort.v1.SyncGroupResponse
-	12, // 39: cohort.v1.GroupCoordinator.Heartbeat:output_type -> cohort.v1.HeartbeatResponse
-	14, // 40: cohort.v1.GroupCoordinator.WatchGroup:output_type -> cohort.v1.WatchGroupResponse
-	18, // 41: cohort.v1.GroupCoordinator.LeaveGroup:output_type -> cohort.v1.LeaveGroupResponse
-	22, // 42: cohort.v1.GroupCoordinator.OffsetCommit:output_type -> cohort.v1.OffsetCommitResponse
-	25, // 43: cohort.v1.GroupCoordinator.OffsetFetch:output_type -> cohort.v1.OffsetFetchResponse
-	29, // 44: cohort.v1.GroupCoordinator.DescribeGroups:output_type -> cohort.v1.DescribeGroupsResponse
-	32, // 45: cohort.v1.GroupCoordinator.ListGroups:output_type -> cohort.v1.ListGroupsResponse
-	35, // 46: cohort.v1.GroupCoordinator.DeleteGroups:output_type -> cohort.v1.DeleteGroupsResponse
-	37, // 47: cohort.v1.Topics.CreateTopic:output_type -> cohort.v1.CreateTopicResponse
-	39, // 48: cohort.v1.Topics.ListTopics:output_type -> cohort.v1.ListTopicsResponse
-	41, // 49: cohort.v1.Topics.DeleteTopic:output_type -> cohort.v1.DeleteTopicResponse
-	43, // 50: cohort.v1.Topics.AddPartitions:output_type -> cohort.v1.AddPartitionsResponse
-	37, // [37:51] is the sub-list for method output_type
-	23, // [23:37] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	6,  // 22: cohort.v1.DeleteOffsetsRequest.partitions:type_name -> cohort.v1.TopicPartitions
+	0,  // 23: cohort.v1.DeleteOffsetsPartitionResult.error:type_name -> cohort.v1.ErrorCode
+	37, // 24: cohort.v1.DeleteOffsetsResponse.partitions:type_name -> cohort.v1.DeleteOffsetsPartitionResult
+	4,  // 25: cohort.v1.ListTopicsResponse.topics:type_name -> cohort.v1.TopicPartitionCount
+	2,  // 26: cohort.v1.GroupCoordinator.JoinGroup:input_type -> cohort.v1.JoinGroupRequest
+	9,  // 27: cohort.v1.GroupCoordinator.SyncGroup:input_type -> cohort.v1.SyncGroupRequest
+	11, // 28: cohort.v1.GroupCoordinator.Heartbeat:input_type -> cohort.v1.HeartbeatRequest
+	13, // 29: cohort.v1.GroupCoordinator.WatchGroup:input_type -> cohort.v1.WatchGroupRequest
+	16, // 30: cohort.v1.GroupCoordinator.LeaveGroup:input_type -> cohort.v1.LeaveGroupRequest
+	20, // 31: cohort.v1.GroupCoordinator.OffsetCommit:input_type -> cohort.v1.OffsetCommitRequest
+	23, // 32: cohort.v1.GroupCoordinator.OffsetFetch:input_type -> cohort.v1.OffsetFetchRequest
+	26, // 33: cohort.v1.GroupCoordinator.DescribeGroups:input_type -> cohort.v1.DescribeGroupsRequest
+	30, // 34: cohort.v1.GroupCoordinator.ListGroups:input_type -> cohort.v1.ListGroupsRequest
+	33, // 35: cohort.v1.GroupCoordinator.DeleteGroups:input_type -> cohort.v1.DeleteGroupsRequest
+	36, // 36: cohort.v1.GroupCoordinator.DeleteOffsets:input_type -> cohort.v1.DeleteOffsetsRequest
+	39, // 37: cohort.v1.Topics.CreateTopic:input_type -> cohort.v1.CreateTopicRequest
+	41, // 38: cohort.v1.Topics.ListTopics:input_type -> cohort.v1.ListTopicsRequest
+	43, // 39: cohort.v1.Topics.DeleteTopic:input_type -> cohort.v1.DeleteTopicRequest
+	45, // 40: cohort.v1.Topics.AddPartitions:input_type -> cohort.v1.AddPartitionsRequest
+	5,  // 41: cohort.v1.GroupCoordinator.JoinGroup:output_type -> cohort.v1.JoinGroupResponse
+	10, // 42: cohort.v1.GroupCoordinator.SyncGroup:output_type -> cohort.v1.SyncGroupResponse
+	12, // 43: cohort.v1.GroupCoordinator.Heartbeat:output_type -> cohort.v1.HeartbeatResponse
+	14, // 44: cohort.v1.GroupCoordinator.WatchGroup:output_type -> cohort.v1.WatchGroupResponse
+	18, // 45: cohort.v1.GroupCoordinator.LeaveGroup:output_type -> cohort.v1.LeaveGroupResponse
+	22, // 46: cohort.v1.GroupCoordinator.OffsetCommit:output_type -> cohort.v1.OffsetCommitResponse
+	25, // 47: cohort.v1.GroupCoordinator.OffsetFetch:output_type -> cohort.v1.OffsetFetchResponse
+	29, // 48: cohort.v1.GroupCoordinator.DescribeGroups:output_type -> cohort.v1.DescribeGroupsResponse
+	32, // 49: cohort.v1.GroupCoordinator.ListGroups:output_type -> cohort.v1.ListGroupsResponse
+	35, // 50: cohort.v1.GroupCoordinator.DeleteGroups:output_type -> cohort.v1.DeleteGroupsResponse
+	38, // 51: cohort.v1.GroupCoordinator.DeleteOffsets:output_type -> cohort.v1.DeleteOffsetsResponse
+	40, // 52: cohort.v1.Topics.CreateTopic:output_type -> cohort.v1.CreateTopicResponse
+	42, // 53: cohort.v1.Topics.ListTopics:output_type -> cohort.v1.ListTopicsResponse
+	44, // 54: cohort.v1.Topics.DeleteTopic:output_type -> cohort.v1.DeleteTopicResponse
+	46, // 55: cohort.v1.Topics.AddPartitions:output_type -> cohort.v1.AddPartitionsResponse
+	41, // [41:56] is the sub-list for method output_type
+	26, // [26:41] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_cohort_v1_group_proto_init() }
@@ -3198,7 +3390,7 @@ func file_cohort_v1_group_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_v1_group_proto_rawDesc), len(file_cohort_v1_group_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,6 +29,7 @@ const (
 	GroupCoordinator_DescribeGroups_FullMethodName = "/cohort.v1.GroupCoordinator/DescribeGroups"
 	GroupCoordinator_ListGroups_FullMethodName     = "/cohort.v1.GroupCoordinator/ListGroups"
 	GroupCoordinator_DeleteGroups_FullMethodName   = "/cohort.v1.GroupCoordinator/DeleteGroups"
+	GroupCoordinator_DeleteOffsets_FullMethodName  = "/cohort.v1.GroupCoordinator/DeleteOffsets"
 )
 
 // GroupCoordinatorClient is the client API for GroupCoordinator service.
@@ -84,6 +85,12 @@ type GroupCoordinatorClient interface {
 	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
 	// DeleteGroups deletes empty groups and their offsets.
 	DeleteGroups(ctx context.Context, in *DeleteGroupsRequest, opts ...grpc.CallOption) (*DeleteGroupsResponse, error)
+	// DeleteOffsets removes committed offsets of a group (Kafka's
+	// OffsetDelete): each partition is answered on its own, refused
+	// GROUP_SUBSCRIBED_TO_TOPIC while members of the group subscribe to its
+	// topic; the whole call GROUP_ID_NOT_FOUND when the group does not exist.
+	// Admins only.
+	DeleteOffsets(ctx context.Context, in *DeleteOffsetsRequest, opts ...grpc.CallOption) (*DeleteOffsetsResponse, error)
 }
 
 type groupCoordinatorClient struct {
@@ -203,6 +210,16 @@ func (c *groupCoordinatorClient) DeleteGroups(ctx context.Context, in *DeleteGro
 	return out, nil
 }
 
+func (c *groupCoordinatorClient) DeleteOffsets(ctx context.Context, in *DeleteOffsetsRequest, opts ...grpc.CallOption) (*DeleteOffsetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOffsetsResponse)
+	err := c.cc.Invoke(ctx, GroupCoordinator_DeleteOffsets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GroupCoordinatorServer is the server API for GroupCoordinator service.
 // All implementations must embed UnimplementedGroupCoordinatorServer
 // for forward compatibility.
@@ -256,6 +273,12 @@ type GroupCoordinatorServer interface {
 	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
 	// DeleteGroups deletes empty groups and their offsets.
 	DeleteGroups(context.Context, *DeleteGroupsRequest) (*DeleteGroupsResponse, error)
+	// DeleteOffsets removes committed offsets of a group (Kafka's
+	// OffsetDelete): each partition is answered on its own, refused
+	// GROUP_SUBSCRIBED_TO_TOPIC while members of the group subscribe to its
+	// topic; the whole call GROUP_ID_NOT_FOUND when the group does not exist.
+	// Admins only.
+	DeleteOffsets(context.Context, *DeleteOffsetsRequest) (*DeleteOffsetsResponse, error)
 	mustEmbedUnimplementedGroupCoordinatorServer()
 }
 
@@ -295,6 +318,9 @@ func (UnimplementedGroupCoordinatorServer) ListGroups(context.Context, *ListGrou
 }
 func (UnimplementedGroupCoordinatorServer) DeleteGroups(context.Context, *DeleteGroupsRequest) (*DeleteGroupsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteGroups not implemented")
+}
+func (UnimplementedGroupCoordinatorServer) DeleteOffsets(context.Context, *DeleteOffsetsRequest) (*DeleteOffsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOffsets not implemented")
 }
 func (UnimplementedGroupCoordinatorServer) mustEmbedUnimplementedGroupCoordinatorServer() {}
 func (UnimplementedGroupCoordinatorServer) testEmbeddedByValue()                          {}
@@ -490,6 +516,24 @@ func _GroupCoordinator_DeleteGroups_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GroupCoordinator_DeleteOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOffsetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupCoordinatorServer).DeleteOffsets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupCoordinator_DeleteOffsets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupCoordinatorServer).DeleteOffsets(ctx, req.(*DeleteOffsetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GroupCoordinator_ServiceDesc is the grpc.ServiceDesc for GroupCoordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -532,6 +576,10 @@ var GroupCoordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteGroups",
 			Handler:    _GroupCoordinator_DeleteGroups_Handler,
+		},
+		{
+			MethodName: "DeleteOffsets",
+			Handler:    _GroupCoordinator_DeleteOffsets_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

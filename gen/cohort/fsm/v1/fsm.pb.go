@@ -163,6 +163,7 @@ type Command struct {
 	//	*Command_RegisterNode
 	//	*Command_Batch
 	//	*Command_SetBudgets
+	//	*Command_DeleteOffsets
 	Kind          isCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -336,6 +337,15 @@ func (x *Command) GetSetBudgets() *SetBudgets {
 	return nil
 }
 
+func (x *Command) GetDeleteOffsets() *DeleteOffsets {
+	if x != nil {
+		if x, ok := x.Kind.(*Command_DeleteOffsets); ok {
+			return x.DeleteOffsets
+		}
+	}
+	return nil
+}
+
 type isCommand_Kind interface {
 	isCommand_Kind()
 }
@@ -392,6 +402,10 @@ type Command_SetBudgets struct {
 	SetBudgets *SetBudgets `protobuf:"bytes,22,opt,name=set_budgets,json=setBudgets,proto3,oneof"`
 }
 
+type Command_DeleteOffsets struct {
+	DeleteOffsets *DeleteOffsets `protobuf:"bytes,23,opt,name=delete_offsets,json=deleteOffsets,proto3,oneof"`
+}
+
 func (*Command_JoinMember) isCommand_Kind() {}
 
 func (*Command_CompleteJoin) isCommand_Kind() {}
@@ -417,6 +431,8 @@ func (*Command_RegisterNode) isCommand_Kind() {}
 func (*Command_Batch) isCommand_Kind() {}
 
 func (*Command_SetBudgets) isCommand_Kind() {}
+
+func (*Command_DeleteOffsets) isCommand_Kind() {}
 
 // Budgets bound the replicated state; every replica enforces the same ones
 // because they are part of the state. A zero field is no budget.
@@ -1420,6 +1436,115 @@ func (x *CommitOffsets) GetOffsets() []*OffsetCommit {
 	return nil
 }
 
+// PartitionKey names one partition of a topic.
+type PartitionKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionKey) Reset() {
+	*x = PartitionKey{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionKey) ProtoMessage() {}
+
+func (x *PartitionKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionKey.ProtoReflect.Descriptor instead.
+func (*PartitionKey) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PartitionKey) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionKey) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+// DeleteOffsets removes committed offsets of one group (Kafka's
+// OffsetDelete; command rules 5 and later). A partition of a topic the
+// group's members subscribe to keeps its offset (GROUP_SUBSCRIBED_TO_TOPIC);
+// a group that does not exist is GROUP_ID_NOT_FOUND.
+type DeleteOffsets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Partitions    []*PartitionKey        `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOffsets) Reset() {
+	*x = DeleteOffsets{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOffsets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOffsets) ProtoMessage() {}
+
+func (x *DeleteOffsets) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOffsets.ProtoReflect.Descriptor instead.
+func (*DeleteOffsets) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteOffsets) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *DeleteOffsets) GetPartitions() []*PartitionKey {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 // DeleteGroups removes Empty groups and their offsets.
 type DeleteGroups struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1430,7 +1555,7 @@ type DeleteGroups struct {
 
 func (x *DeleteGroups) Reset() {
 	*x = DeleteGroups{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1567,7 @@ func (x *DeleteGroups) String() string {
 func (*DeleteGroups) ProtoMessage() {}
 
 func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1580,7 @@ func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroups.ProtoReflect.Descriptor instead.
 func (*DeleteGroups) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteGroups) GetGroupIds() []string {
@@ -1476,7 +1601,7 @@ type ExpireOffsets struct {
 
 func (x *ExpireOffsets) Reset() {
 	*x = ExpireOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1613,7 @@ func (x *ExpireOffsets) String() string {
 func (*ExpireOffsets) ProtoMessage() {}
 
 func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1626,7 @@ func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOffsets.ProtoReflect.Descriptor instead.
 func (*ExpireOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExpireOffsets) GetRetentionMs() int64 {
@@ -1521,7 +1646,7 @@ type CreateTopic struct {
 
 func (x *CreateTopic) Reset() {
 	*x = CreateTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1658,7 @@ func (x *CreateTopic) String() string {
 func (*CreateTopic) ProtoMessage() {}
 
 func (x *CreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1671,7 @@ func (x *CreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopic.ProtoReflect.Descriptor instead.
 func (*CreateTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateTopic) GetName() string {
@@ -1572,7 +1697,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1709,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1722,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1618,7 +1743,7 @@ type AddPartitions struct {
 
 func (x *AddPartitions) Reset() {
 	*x = AddPartitions{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1755,7 @@ func (x *AddPartitions) String() string {
 func (*AddPartitions) ProtoMessage() {}
 
 func (x *AddPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1768,7 @@ func (x *AddPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitions.ProtoReflect.Descriptor instead.
 func (*AddPartitions) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddPartitions) GetName() string {
@@ -1680,7 +1805,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1817,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1830,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterNode) GetNodeId() string {
@@ -1755,7 +1880,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1892,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1905,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1814,7 +1939,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1951,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1964,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Member) GetSpec() *MemberSpec {
@@ -1903,7 +2028,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2040,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2053,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Group) GetGroupId() string {
@@ -2023,7 +2148,7 @@ type OffsetRecord struct {
 
 func (x *OffsetRecord) Reset() {
 	*x = OffsetRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2160,7 @@ func (x *OffsetRecord) String() string {
 func (*OffsetRecord) ProtoMessage() {}
 
 func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2173,7 @@ func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetRecord.ProtoReflect.Descriptor instead.
 func (*OffsetRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OffsetRecord) GetGroupId() string {
@@ -2110,7 +2235,7 @@ type Topic struct {
 
 func (x *Topic) Reset() {
 	*x = Topic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2247,7 @@ func (x *Topic) String() string {
 func (*Topic) ProtoMessage() {}
 
 func (x *Topic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2260,7 @@ func (x *Topic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Topic.ProtoReflect.Descriptor instead.
 func (*Topic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Topic) GetName() string {
@@ -2167,7 +2292,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2304,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2317,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Node) GetNodeId() string {
@@ -2246,7 +2371,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2383,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2396,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotRecord) GetKind() isSnapshotRecord_Kind {
@@ -2374,7 +2499,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2511,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2524,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotTrailer) GetNodes() uint64 {
@@ -2441,7 +2566,7 @@ var File_cohort_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xac\a\n" +
+	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xf3\a\n" +
 	"\aCommand\x12!\n" +
 	"\ftimestamp_ms\x18\x01 \x01(\x03R\vtimestampMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12<\n" +
@@ -2460,7 +2585,8 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rregister_node\x18\x14 \x01(\v2\x1b.cohort.fsm.v1.RegisterNodeH\x00R\fregisterNode\x12,\n" +
 	"\x05batch\x18\x15 \x01(\v2\x14.cohort.fsm.v1.BatchH\x00R\x05batch\x12<\n" +
 	"\vset_budgets\x18\x16 \x01(\v2\x19.cohort.fsm.v1.SetBudgetsH\x00R\n" +
-	"setBudgetsB\x06\n" +
+	"setBudgets\x12E\n" +
+	"\x0edelete_offsets\x18\x17 \x01(\v2\x1c.cohort.fsm.v1.DeleteOffsetsH\x00R\rdeleteOffsetsB\x06\n" +
 	"\x04kind\"\x9a\x03\n" +
 	"\aBudgets\x12\x16\n" +
 	"\x06topics\x18\x01 \x01(\x03R\x06topics\x120\n" +
@@ -2553,7 +2679,15 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\x125\n" +
-	"\aoffsets\x18\x05 \x03(\v2\x1b.cohort.fsm.v1.OffsetCommitR\aoffsets\"+\n" +
+	"\aoffsets\x18\x05 \x03(\v2\x1b.cohort.fsm.v1.OffsetCommitR\aoffsets\"B\n" +
+	"\fPartitionKey\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"g\n" +
+	"\rDeleteOffsets\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12;\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1b.cohort.fsm.v1.PartitionKeyR\n" +
+	"partitions\"+\n" +
 	"\fDeleteGroups\x12\x1b\n" +
 	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\"2\n" +
 	"\rExpireOffsets\x12!\n" +
@@ -2665,7 +2799,7 @@ func file_cohort_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_cohort_fsm_v1_fsm_proto_goTypes = []any{
 	(RemoveReason)(0),        // 0: cohort.fsm.v1.RemoveReason
 	(GroupState)(0),          // 1: cohort.fsm.v1.GroupState
@@ -2685,20 +2819,22 @@ var file_cohort_fsm_v1_fsm_proto_goTypes = []any{
 	(*RemoveMembers)(nil),    // 15: cohort.fsm.v1.RemoveMembers
 	(*OffsetCommit)(nil),     // 16: cohort.fsm.v1.OffsetCommit
 	(*CommitOffsets)(nil),    // 17: cohort.fsm.v1.CommitOffsets
-	(*DeleteGroups)(nil),     // 18: cohort.fsm.v1.DeleteGroups
-	(*ExpireOffsets)(nil),    // 19: cohort.fsm.v1.ExpireOffsets
-	(*CreateTopic)(nil),      // 20: cohort.fsm.v1.CreateTopic
-	(*DeleteTopic)(nil),      // 21: cohort.fsm.v1.DeleteTopic
-	(*AddPartitions)(nil),    // 22: cohort.fsm.v1.AddPartitions
-	(*RegisterNode)(nil),     // 23: cohort.fsm.v1.RegisterNode
-	(*SnapshotHeader)(nil),   // 24: cohort.fsm.v1.SnapshotHeader
-	(*Member)(nil),           // 25: cohort.fsm.v1.Member
-	(*Group)(nil),            // 26: cohort.fsm.v1.Group
-	(*OffsetRecord)(nil),     // 27: cohort.fsm.v1.OffsetRecord
-	(*Topic)(nil),            // 28: cohort.fsm.v1.Topic
-	(*Node)(nil),             // 29: cohort.fsm.v1.Node
-	(*SnapshotRecord)(nil),   // 30: cohort.fsm.v1.SnapshotRecord
-	(*SnapshotTrailer)(nil),  // 31: cohort.fsm.v1.SnapshotTrailer
+	(*PartitionKey)(nil),     // 18: cohort.fsm.v1.PartitionKey
+	(*DeleteOffsets)(nil),    // 19: cohort.fsm.v1.DeleteOffsets
+	(*DeleteGroups)(nil),     // 20: cohort.fsm.v1.DeleteGroups
+	(*ExpireOffsets)(nil),    // 21: cohort.fsm.v1.ExpireOffsets
+	(*CreateTopic)(nil),      // 22: cohort.fsm.v1.CreateTopic
+	(*DeleteTopic)(nil),      // 23: cohort.fsm.v1.DeleteTopic
+	(*AddPartitions)(nil),    // 24: cohort.fsm.v1.AddPartitions
+	(*RegisterNode)(nil),     // 25: cohort.fsm.v1.RegisterNode
+	(*SnapshotHeader)(nil),   // 26: cohort.fsm.v1.SnapshotHeader
+	(*Member)(nil),           // 27: cohort.fsm.v1.Member
+	(*Group)(nil),            // 28: cohort.fsm.v1.Group
+	(*OffsetRecord)(nil),     // 29: cohort.fsm.v1.OffsetRecord
+	(*Topic)(nil),            // 30: cohort.fsm.v1.Topic
+	(*Node)(nil),             // 31: cohort.fsm.v1.Node
+	(*SnapshotRecord)(nil),   // 32: cohort.fsm.v1.SnapshotRecord
+	(*SnapshotTrailer)(nil),  // 33: cohort.fsm.v1.SnapshotTrailer
 }
 var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
 	8,  // 0: cohort.fsm.v1.Command.join_member:type_name -> cohort.fsm.v1.JoinMember
@@ -2706,39 +2842,41 @@ var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 2: cohort.fsm.v1.Command.sync_assignment:type_name -> cohort.fsm.v1.SyncAssignment
 	15, // 3: cohort.fsm.v1.Command.remove_members:type_name -> cohort.fsm.v1.RemoveMembers
 	17, // 4: cohort.fsm.v1.Command.commit_offsets:type_name -> cohort.fsm.v1.CommitOffsets
-	18, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
-	19, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
-	20, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
-	21, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
-	22, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
-	23, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
+	20, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
+	21, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
+	22, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
+	23, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
+	24, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
+	25, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
 	5,  // 11: cohort.fsm.v1.Command.batch:type_name -> cohort.fsm.v1.Batch
 	4,  // 12: cohort.fsm.v1.Command.set_budgets:type_name -> cohort.fsm.v1.SetBudgets
-	3,  // 13: cohort.fsm.v1.SetBudgets.budgets:type_name -> cohort.fsm.v1.Budgets
-	2,  // 14: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
-	6,  // 15: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
-	7,  // 16: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
-	10, // 17: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
-	11, // 18: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
-	12, // 19: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
-	14, // 20: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
-	0,  // 21: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
-	16, // 22: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
-	7,  // 23: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
-	11, // 24: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
-	11, // 25: cohort.fsm.v1.Member.previous_assignment:type_name -> cohort.fsm.v1.Assignment
-	1,  // 26: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
-	25, // 27: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
-	29, // 28: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
-	28, // 29: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
-	26, // 30: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
-	27, // 31: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
-	3,  // 32: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	19, // 13: cohort.fsm.v1.Command.delete_offsets:type_name -> cohort.fsm.v1.DeleteOffsets
+	3,  // 14: cohort.fsm.v1.SetBudgets.budgets:type_name -> cohort.fsm.v1.Budgets
+	2,  // 15: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
+	6,  // 16: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
+	7,  // 17: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
+	10, // 18: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
+	11, // 19: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
+	12, // 20: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
+	14, // 21: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
+	0,  // 22: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
+	16, // 23: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
+	18, // 24: cohort.fsm.v1.DeleteOffsets.partitions:type_name -> cohort.fsm.v1.PartitionKey
+	7,  // 25: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
+	11, // 26: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
+	11, // 27: cohort.fsm.v1.Member.previous_assignment:type_name -> cohort.fsm.v1.Assignment
+	1,  // 28: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
+	27, // 29: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
+	31, // 30: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
+	30, // 31: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
+	28, // 32: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
+	29, // 33: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
+	3,  // 34: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_cohort_fsm_v1_fsm_proto_init() }
@@ -2760,8 +2898,9 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 		(*Command_RegisterNode)(nil),
 		(*Command_Batch)(nil),
 		(*Command_SetBudgets)(nil),
+		(*Command_DeleteOffsets)(nil),
 	}
-	file_cohort_fsm_v1_fsm_proto_msgTypes[28].OneofWrappers = []any{
+	file_cohort_fsm_v1_fsm_proto_msgTypes[30].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Group)(nil),
@@ -2774,7 +2913,7 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_fsm_v1_fsm_proto_rawDesc), len(file_cohort_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
