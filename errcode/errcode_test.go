@@ -65,7 +65,7 @@ func TestNames_AreTheWireReasons(t *testing.T) {
 		NotLeader: "NOT_LEADER", StaleCommand: "STALE_COMMAND",
 		UnknownServer: "UNKNOWN_SERVER", ServerLagging: "SERVER_LAGGING", QuorumAtRisk: "QUORUM_AT_RISK",
 		LastVoter: "LAST_VOTER", ConfigurationConflict: "CONFIGURATION_CONFLICT", AutopilotManaged: "AUTOPILOT_MANAGED",
-		BudgetExceeded: "BUDGET_EXCEEDED",
+		BudgetExceeded: "BUDGET_EXCEEDED", GroupSubscribedToTopic: "GROUP_SUBSCRIBED_TO_TOPIC",
 	}
 	if len(want) != len(Codes()) {
 		t.Fatalf("%d codes, %d expected names", len(Codes()), len(want))
