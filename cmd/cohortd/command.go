@@ -214,7 +214,8 @@ func (o options) kafkaAdvertised() (string, error) {
 		}
 		return "", nil
 	}
-	if _, port, err := net.SplitHostPort(o.kafkaAddr); err != nil {
+	host, port, err := net.SplitHostPort(o.kafkaAddr)
+	if err != nil {
 		return "", fmt.Errorf("--kafka-addr %q: %w", o.kafkaAddr, err)
 	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return "", fmt.Errorf("--kafka-addr %q: port %q is not in 0..65535", o.kafkaAddr, port)
@@ -222,8 +223,14 @@ func (o options) kafkaAdvertised() (string, error) {
 	if o.kafkaAdvertise != "" {
 		return o.kafkaAdvertise, raftnode.ValidateAdvertise("--kafka-advertise", o.kafkaAdvertise)
 	}
-	if err := raftnode.ValidateAdvertise("--kafka-addr", o.kafkaAddr); err != nil {
-		return "", fmt.Errorf("%w; give --kafka-advertise, the address Kafka clients reach this node on", err)
+	// Port 0 is the listener's choice, advertised once it binds (run).
+	check := o.kafkaAddr
+	if port == "0" {
+		check = net.JoinHostPort(host, "1")
+	}
+	if err := raftnode.ValidateAdvertise("--kafka-addr", check); err != nil {
+		msg := strings.ReplaceAll(err.Error(), strconv.Quote(check), strconv.Quote(o.kafkaAddr))
+		return "", fmt.Errorf("%s; give --kafka-advertise, the address Kafka clients reach this node on", msg)
 	}
 	return o.kafkaAddr, nil
 }

@@ -256,6 +256,8 @@ func TestFlags_KafkaAddressAndAdvertise(t *testing.T) {
 		{"127.0.0.1:9092", "", "127.0.0.1:9092", ""},
 		{"0.0.0.0:9092", "broker-1.example:9092", "broker-1.example:9092", ""},
 		{"localhost:9092", "", "localhost:9092", ""},
+		{"127.0.0.1:0", "", "127.0.0.1:0", ""}, // run advertises the port the listener got
+		{"0.0.0.0:0", "", "", `--kafka-addr "0.0.0.0:0": must name a reachable host, not a wildcard; give --kafka-advertise`},
 		{"0.0.0.0:9092", "", "", `--kafka-addr "0.0.0.0:9092": must name a reachable host, not a wildcard; give --kafka-advertise`},
 		{":9092", "", "", `--kafka-addr ":9092": must name a reachable host`},
 		{"127.0.0.1", "", "", `--kafka-addr "127.0.0.1"`},
