@@ -10,11 +10,14 @@ type versions struct{ min, max int16 }
 // listener acts on. A version past max is refused (the connection closes,
 // as Kafka does) after ApiVersions told the client not to send it.
 //
-// Left out on purpose: Produce (Cohort keeps no log), the transaction and
-// ACL APIs, and the KIP-848 APIs until the listener serves them (a client
+// Left out on purpose: Produce (Cohort keeps no log), SaslHandshake v0
+// (its raw SASL framing; v1 wraps the exchange in SaslAuthenticate), the
+// transaction and ACL APIs, and the KIP-848 APIs until the listener serves them (a client
 // then runs the classic protocol).
 var apis = map[int16]versions{
 	kmsg.ApiVersions.Int16():      {0, 4},
+	kmsg.SASLHandshake.Int16():    {1, 1},
+	kmsg.SASLAuthenticate.Int16(): {0, 2},
 	kmsg.Metadata.Int16():         {0, 12},
 	kmsg.FindCoordinator.Int16():  {0, 5},
 	kmsg.DescribeCluster.Int16():  {0, 1},

@@ -56,10 +56,12 @@ type Config struct {
 	Cluster Cluster
 	// Security is the node's: with TLS configured the listener serves TLS
 	// with the node's certificate, and a client certificate's principal is
-	// the caller (authorized by the gRPC front's method table). Bearer
-	// tokens have no Kafka form here, so on a node that enforces
-	// authorization a caller without a certificate is anonymous and may
-	// only ask ApiVersions, Metadata, FindCoordinator and DescribeCluster.
+	// the caller; with tokens, SASL (OAUTHBEARER, PLAIN) authenticates a
+	// connection as its token's principal (sasl.go). Either is authorized
+	// by the gRPC front's method table. On a node that enforces
+	// authorization a caller with neither is anonymous and may only ask
+	// ApiVersions, Metadata (brokers, not topics), FindCoordinator and
+	// DescribeCluster.
 	Security rpc.Security
 	Logger   *slog.Logger
 
@@ -219,6 +221,9 @@ type conn struct {
 	nc        net.Conn
 	principal auth.Principal
 	host      string
+	// mechanism is the SASL mechanism a handshake chose, until the
+	// authentication that follows it (sasl.go).
+	mechanism string
 }
 
 func (s *Server) serveConn(nc net.Conn) {
@@ -391,6 +396,10 @@ func (s *Server) serve(c *conn, h header, req kmsg.Request) kmsg.Response {
 	switch r := req.(type) {
 	case *kmsg.ApiVersionsRequest:
 		return apiVersions(r)
+	case *kmsg.SASLHandshakeRequest:
+		return cl.saslHandshake(r)
+	case *kmsg.SASLAuthenticateRequest:
+		return cl.saslAuthenticate(r)
 	case *kmsg.MetadataRequest:
 		return cl.metadata(r)
 	case *kmsg.FindCoordinatorRequest:

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/cohortlabs/cohort/client"
 	"github.com/cohortlabs/cohort/internal/kafkatest"
@@ -126,6 +129,70 @@ func TestProcess_Kafka_MutualTLSAuthorizesAndCommitsSurviveLeaderKill9(t *testin
 			t.Fatalf("%s is at generation %d after the failover, %d before", m.Name, gen, genBefore)
 		}
 		kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 900), acked)
+	}
+	if got := kafkatest.FetchOffsets(t, adm, "billing"); !maps.Equal(got, acked) {
+		t.Fatalf("kadm fetched %v, the members committed %v", got, acked)
+	}
+}
+
+// TestProcess_Kafka_SASLCarriesBearerTokens: on a cluster that authorizes
+// by bearer tokens (no TLS, on loopback), Kafka clients authenticate with
+// SASL: OAUTHBEARER with the token, or PLAIN with the token as the
+// password and the principal's name as the user. The token's principal is
+// authorized as on gRPC (a client may consume and commit, not create
+// topics; an admin may). A wrong token, a user that is not the token's
+// principal, and no SASL at all get no further than a refusal.
+func TestProcess_Kafka_SASLCarriesBearerTokens(t *testing.T) {
+	const adminToken, clientToken = "kafka-admin-token-0123", "kafka-client-token-4567"
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(clientToken+",client,client\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, "--admin-token", adminToken, "--token-file", file)
+	c.token = adminToken
+	c.kafka = true
+	c.form(3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	oauthAs := func(tok string) kgo.Opt { return kgo.SASL(oauth.Auth{Token: tok}.AsMechanism()) }
+	plainAs := func(user, tok string) kgo.Opt { return kgo.SASL(plain.Auth{User: user, Pass: tok}.AsMechanism()) }
+	admin := func(opts ...kgo.Opt) *kadm.Client {
+		return kadm.NewClient(kafkatest.NewClient(t, c.kafkaAddrs(), append(opts, kgo.RetryTimeout(5*time.Second))...))
+	}
+
+	kafkatest.CreateTopic(t, admin(oauthAs(adminToken)), "orders", 4)
+	resp, err := admin(plainAs("client", clientToken)).CreateTopic(ctx, 1, 1, nil, "by-client")
+	if err == nil {
+		err = resp.Err
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("a client creating a topic over SASL: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	for name, opt := range map[string]kgo.Opt{
+		"a wrong token":                    oauthAs("not-a-token"),
+		"a user not the token's principal": plainAs("admin", clientToken),
+	} {
+		if _, err := admin(opt).ListTopics(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+			t.Fatalf("%s: %v, want SASL_AUTHENTICATION_FAILED", name, err)
+		}
+	}
+	described, err := admin().DescribeGroups(ctx, "billing")
+	if err == nil {
+		err = described["billing"].Err
+	}
+	if !errors.Is(err, kerr.GroupAuthorizationFailed) {
+		t.Fatalf("describing a group without SASL: %v, want GROUP_AUTHORIZATION_FAILED", err)
+	}
+
+	members := []*kafkatest.Member{
+		kafkatest.Join(t, c.kafkaAddrs(), "c0", "billing", kgo.RangeBalancer(), []string{"orders"}, plainAs("client", clientToken)),
+		kafkatest.Join(t, c.kafkaAddrs(), "c1", "billing", kgo.RangeBalancer(), []string{"orders"}, oauthAs(clientToken)),
+	}
+	adm := admin(oauthAs(adminToken))
+	kafkatest.WaitBalanced(t, adm, "billing", members, map[string]int32{"orders": 4})
+	acked := kafkatest.Offsets{}
+	for _, m := range members {
+		kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 70), acked)
 	}
 	if got := kafkatest.FetchOffsets(t, adm, "billing"); !maps.Equal(got, acked) {
 		t.Fatalf("kadm fetched %v, the members committed %v", got, acked)
