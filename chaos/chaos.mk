@@ -1,6 +1,6 @@
 # The Jepsen-style failure suite (docs/chaos.md). Included from the Makefile.
 #
-#   make chaos-smoke                 # ~3 min, 3 nodes, every fault kind once, must be valid (CI)
+#   make chaos-smoke                 # ~3 min, 3 nodes, every fault kind once, hostile and Kafka clients, must be valid (CI)
 #   make chaos-leader                # ~3 min, leadership moving and coming back, must be valid (CI)
 #   make chaos-bug                   # a deliberately broken cohortd must be caught (CI)
 #   make chaos TIME=10m NEMESIS=partition WORKLOAD=offsets NODES=5 SEED=42
@@ -33,9 +33,10 @@ chaos: chaos-bin
 
 # Short faults and pauses so that 110 s of faults hold every kind for any
 # seed (--require-all-kinds refuses a schedule that does not); the hostile
-# workload runs beside the others.
+# workload and the Kafka workload (kgo consumers through the Kafka
+# listeners) run beside the others.
 chaos-smoke: chaos-bin
-	$(CHAOS) --time 110s --nodes 3 --nemesis mixed --workload both --hostile --seed $(SMOKE_SEED) \
+	$(CHAOS) --time 110s --nodes 3 --nemesis mixed --workload both --hostile --kafka --seed $(SMOKE_SEED) \
 		--quiet-min 1s --quiet-max 3s --fault-min 3s --fault-max 6s --require-all-kinds \
 		--name smoke-$$(date +%Y%m%d-%H%M%S)-s$(SMOKE_SEED) $(CHAOS_FLAGS)
 

@@ -53,6 +53,10 @@ type Options struct {
 	// near-budget and malformed requests, with budgets it can reach (and,
 	// with TLS, calls authorization must refuse).
 	Hostile bool
+	// Kafka adds the Kafka workload (workload.Kafka): kgo consumers of
+	// one group through the nodes' Kafka listeners, judged by its own
+	// verdict.
+	Kafka bool
 	// NoMemberFaults turns off the groups workload's member faults
 	// (duplicated static members, JoinGroup calls cut at the barrier).
 	NoMemberFaults bool
@@ -263,6 +267,16 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	if o.Hostile {
 		hostile = &workload.Hostile{Endpoints: cl.Endpoints(), Log: log, Seed: o.Seed, Creds: creds}
 	}
+	var kafka *workload.Kafka
+	if o.Kafka {
+		clientLog, err := os.Create(filepath.Join(dir, "kafka-clients.log"))
+		if err != nil {
+			return nil, err
+		}
+		defer clientLog.Close()
+		kafka = &workload.Kafka{Endpoints: cl.Endpoints(), KafkaEndpoints: cl.KafkaEndpoints(), Log: log, Seed: o.Seed,
+			Creds: creds, SessionTimeout: o.SessionTimeout, Recovery: o.Recovery, ClientLog: clientLog}
+	}
 	if offs == nil && grps == nil {
 		return nil, fmt.Errorf("chaos: unknown workload %q: want offsets, groups or both", o.Workload)
 	}
@@ -275,6 +289,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	if hostile != nil {
 		err = errors.Join(err, hostile.Setup(setupCtx))
+	}
+	if kafka != nil {
+		err = errors.Join(err, kafka.Setup(setupCtx))
 	}
 	cancel()
 	if err != nil {
@@ -292,6 +309,9 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	}
 	if hostile != nil {
 		wg.Go(func() { hostile.Run(wctx) })
+	}
+	if kafka != nil {
+		wg.Go(func() { kafka.Run(wctx) })
 	}
 	if grps != nil {
 		wg.Go(func() { grps.Monitor(wctx) })
@@ -319,6 +339,19 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 	rec.Add(history.Entry{Type: history.TypeEvent, F: history.EvFinalPhase, Start: rec.Now()})
 	log.Info("final phase: every fault healed; waiting for recovery")
 	healed := time.Now()
+	// The Kafka consumers' final check runs beside the other workloads'
+	// recovery, within the same window (and the read after it).
+	kafkaDone := make(chan struct{})
+	if kafka != nil {
+		go func() {
+			defer close(kafkaDone)
+			kctx, cancel := context.WithTimeout(ctx, o.Recovery+15*time.Second)
+			defer cancel()
+			kafka.Final(kctx)
+		}()
+	} else {
+		close(kafkaDone)
+	}
 	if grps != nil {
 		grps.StopChurn()
 		grps.AwaitStable(ctx, o.Recovery)
@@ -329,6 +362,8 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
 	sleepCtx(ctx, time.Until(healed.Add(5*time.Second)))
+	// Before leadership is moved below: the Kafka check is done by then.
+	<-kafkaDone
 	if grps != nil {
 		// A crash just before leadership moves (to a process that has
 		// usually led before), in a leadership that then lasts: checker
@@ -381,6 +416,14 @@ func Run(ctx context.Context, o Options) (*report.Results, error) {
 		for _, v := range violations {
 			r.Valid = false
 			r.Notes = append(r.Notes, "invalid: hostile workload: "+v)
+		}
+	}
+	if kafka != nil {
+		summary, violations := kafka.Verdict()
+		r.Notes = append(r.Notes, summary)
+		for _, v := range violations {
+			r.Valid = false
+			r.Notes = append(r.Notes, "invalid: kafka workload: "+v)
 		}
 	}
 	for _, e := range es {

@@ -84,9 +84,12 @@ type Node struct {
 	RaftAddr string
 	GRPCAddr string
 	HTTPAddr string
-	NetNS    string // "" in local mode
-	DataDir  string
-	LogPath  string
+	// KafkaAddr is the node's Kafka listener (--kafka-addr); with TLS it
+	// serves the node's certificate, as gRPC does.
+	KafkaAddr string
+	NetNS     string // "" in local mode
+	DataDir   string
+	LogPath   string
 
 	mu      sync.Mutex
 	proc    *proc.Process // the latest start; nil before the first
@@ -191,7 +194,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: log dir: %w", err)
 	}
 	if cfg.Mode == ModeLocal {
-		if c.ports, err = proc.ReservePorts(3 * cfg.Nodes); err != nil {
+		if c.ports, err = proc.ReservePorts(portsPerNode * cfg.Nodes); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
@@ -203,10 +206,11 @@ func New(cfg Config) (*Cluster, error) {
 		case ModeNetns:
 			n.IP = fmt.Sprintf("%s.%d", c.subnet, 10+i)
 			n.NetNS = fmt.Sprintf("%s-n%d", c.prefix, i)
-			n.RaftAddr, n.GRPCAddr, n.HTTPAddr = n.IP+":7000", n.IP+":9000", n.IP+":8000"
+			n.RaftAddr, n.GRPCAddr, n.HTTPAddr, n.KafkaAddr = n.IP+":7000", n.IP+":9000", n.IP+":8000", n.IP+":9092"
 		case ModeLocal:
 			n.IP = "127.0.0.1"
-			n.RaftAddr, n.GRPCAddr, n.HTTPAddr = c.ports.Addr(3*(i-1)), c.ports.Addr(3*(i-1)+1), c.ports.Addr(3*(i-1)+2)
+			base := portsPerNode * (i - 1)
+			n.RaftAddr, n.GRPCAddr, n.HTTPAddr, n.KafkaAddr = c.ports.Addr(base), c.ports.Addr(base+1), c.ports.Addr(base+2), c.ports.Addr(base+3)
 		default:
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("cluster: unknown mode %q", cfg.Mode)
@@ -233,6 +237,9 @@ func New(cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// portsPerNode are a node's ports in local mode: Raft, gRPC, HTTP, Kafka.
+const portsPerNode = 4
+
 func dataDirPrefix(instance int) string { return fmt.Sprintf("cohort-chaos-%s-", Prefix(instance)) }
 
 // Mode of the cluster.
@@ -243,6 +250,16 @@ func (c *Cluster) Endpoints() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
 		out[i] = n.GRPCAddr
+	}
+	return out
+}
+
+// KafkaEndpoints are the nodes' Kafka addresses, the seeds of a Kafka
+// client.
+func (c *Cluster) KafkaEndpoints() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.KafkaAddr
 	}
 	return out
 }
@@ -267,6 +284,7 @@ func (c *Cluster) args(n *Node) []string {
 	a := []string{
 		"--node-id", n.ID, "--data-dir", n.DataDir,
 		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
+		"--kafka-addr", n.KafkaAddr,
 	}
 	if n.joinOnly {
 		a = append(a, "--join", strings.Join(others, ","))

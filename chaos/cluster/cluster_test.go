@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,20 @@ func TestCluster_TLS_CredentialsForEachRole(t *testing.T) {
 		if a := strings.Join(c.args(n), " "); !strings.Contains(a, "--tls-cert "+filepath.Join(c.pki, n.ID+".crt")) || strings.Contains(a, "--insecure") {
 			t.Fatalf("%s runs with %s", n.ID, a)
 		}
+	}
+	// Every node listens for Kafka clients on a port of its own.
+	kafka := map[string]bool{}
+	for i, addr := range c.KafkaEndpoints() {
+		n := c.Nodes[i]
+		if addr == "" || kafka[addr] || addr == n.RaftAddr || addr == n.GRPCAddr || addr == n.HTTPAddr {
+			t.Fatalf("%s: Kafka address %q is empty or shared (endpoints %v)", n.ID, addr, c.KafkaEndpoints())
+		}
+		kafka[addr] = true
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: no Kafka listener on %s: %v", n.ID, addr, err)
+		}
+		conn.Close()
 	}
 
 	out, err := c.Ctl(ctx, "cluster", "peers", "-o", "json")

@@ -65,7 +65,7 @@ type Hostile struct {
 
 // HostileBudgetFlags are the cohortd flags of a run with the hostile
 // workload: budgets the hostile floods reach in seconds and the other
-// workloads (2 topics, groups of at most 4 members) never do.
+// workloads (3 topics, groups of at most 4 members) never do.
 var HostileBudgetFlags = []string{"--budget-topics", "24", "--max-group-size", "16"}
 
 // hostileTopics is how many topics the flood tries to create: more than

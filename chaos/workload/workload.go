@@ -8,6 +8,9 @@
 //   - Groups: member clients of several groups with churn (joins, graceful
 //     leaves, crashes without leaving, static members restarting), every
 //     JoinGroup, SyncGroup, heartbeat and commit recorded.
+//   - Hostile and Kafka, beside them, with verdicts of their own: requests
+//     the limits and authorization must refuse, and kgo consumers through
+//     the nodes' Kafka listeners.
 //
 // Every caller shows the credential of its role (Credentials): members and
 // readers a client's, topic creation, the registers' standalone commits

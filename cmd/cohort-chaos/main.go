@@ -48,6 +48,7 @@ func run() int {
 	fs.StringVar(&o.Workload, "workload", "both", "offsets, groups or both")
 	fs.BoolVar(&o.NoMemberFaults, "no-member-faults", false, "groups workload without its member faults: a second process taking a static member's instance ID while the first runs, JoinGroup calls cut while parked at the barrier")
 	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run, and with TLS calls authorization must refuse (every one must be refused as promised)")
+	fs.BoolVar(&o.Kafka, "kafka", false, "add kgo consumers of one group through the nodes' Kafka listeners (every acknowledged commit must be kept, and after recovery every partition held once)")
 	fs.BoolVar(&useTLS, "tls", true, "run the cluster with mutual TLS on every node-to-node and client connection (a CA and certificates made for the run); --tls=false runs plaintext")
 	fs.Uint64Var(&seed, "seed", 0, "schedule seed (0: drawn from the clock; printed either way)")
 	fs.StringVar(&o.Mode, "mode", "auto", "auto (netns when possible), netns, or local (loopback; kill and pause only)")
