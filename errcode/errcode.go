@@ -61,6 +61,12 @@ const (
 	// Offsets of a topic the group's members subscribe to cannot be
 	// deleted.
 	GroupSubscribedToTopic Code = 28
+
+	// Consumer groups (Kafka's KIP-848 protocol).
+	FencedMemberEpoch    Code = 29
+	UnsupportedAssignor  Code = 30
+	StaleMemberEpoch     Code = 31
+	UnreleasedInstanceID Code = 32
 )
 
 // Unknown is what Of says of a non-nil error that carries no protocol code
@@ -135,6 +141,11 @@ var (
 	ErrBudgetExceeded = &Error{BudgetExceeded, "BUDGET_EXCEEDED", false, "The change would take the cluster's state past a budget (topics, partitions, groups, members, metadata, offsets or state bytes); the message names it. Free room or raise the budget."}
 
 	ErrGroupSubscribedToTopic = &Error{GroupSubscribedToTopic, "GROUP_SUBSCRIBED_TO_TOPIC", false, "Members of the group subscribe to the topic, so its committed offsets cannot be deleted."}
+
+	ErrFencedMemberEpoch    = &Error{FencedMemberEpoch, "FENCED_MEMBER_EPOCH", false, "The consumer group member's epoch is not its current one: it must rejoin with epoch 0."}
+	ErrUnsupportedAssignor  = &Error{UnsupportedAssignor, "UNSUPPORTED_ASSIGNOR", false, "The consumer group asks for a server-side assignor the coordinator does not run."}
+	ErrStaleMemberEpoch     = &Error{StaleMemberEpoch, "STALE_MEMBER_EPOCH", false, "The commit names a member epoch other than the member's current one."}
+	ErrUnreleasedInstanceID = &Error{UnreleasedInstanceID, "UNRELEASED_INSTANCE_ID", false, "Another member of the consumer group still holds the static instance ID."}
 )
 
 // errs is the table of codes, indexed by Code; None has no Error.
@@ -168,6 +179,10 @@ var errs = [...]*Error{
 	AutopilotManaged:          ErrAutopilotManaged,
 	BudgetExceeded:            ErrBudgetExceeded,
 	GroupSubscribedToTopic:    ErrGroupSubscribedToTopic,
+	FencedMemberEpoch:         ErrFencedMemberEpoch,
+	UnsupportedAssignor:       ErrUnsupportedAssignor,
+	StaleMemberEpoch:          ErrStaleMemberEpoch,
+	UnreleasedInstanceID:      ErrUnreleasedInstanceID,
 }
 
 // Codes returns every protocol code, NONE first, in numeric order.

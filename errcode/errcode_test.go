@@ -66,6 +66,7 @@ func TestNames_AreTheWireReasons(t *testing.T) {
 		UnknownServer: "UNKNOWN_SERVER", ServerLagging: "SERVER_LAGGING", QuorumAtRisk: "QUORUM_AT_RISK",
 		LastVoter: "LAST_VOTER", ConfigurationConflict: "CONFIGURATION_CONFLICT", AutopilotManaged: "AUTOPILOT_MANAGED",
 		BudgetExceeded: "BUDGET_EXCEEDED", GroupSubscribedToTopic: "GROUP_SUBSCRIBED_TO_TOPIC",
+		FencedMemberEpoch: "FENCED_MEMBER_EPOCH", UnsupportedAssignor: "UNSUPPORTED_ASSIGNOR", StaleMemberEpoch: "STALE_MEMBER_EPOCH", UnreleasedInstanceID: "UNRELEASED_INSTANCE_ID",
 	}
 	if len(want) != len(Codes()) {
 		t.Fatalf("%d codes, %d expected names", len(Codes()), len(want))

@@ -55,6 +55,8 @@ func (s *State) apply(cmd *fsmv1.Command) (res *ApplyResult) {
 		return s.setBudgets(c.SetBudgets)
 	case *fsmv1.Command_DeleteOffsets:
 		return s.deleteOffsets(c.DeleteOffsets)
+	case *fsmv1.Command_ConsumerHeartbeat:
+		return s.consumerHeartbeat(now, c.ConsumerHeartbeat)
 	case nil:
 		return fail(errcode.Errorf(errcode.InvalidArgument, "command has no kind"))
 	default:

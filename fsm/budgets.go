@@ -329,7 +329,7 @@ func (s *State) subscribedPartitions(g *Group, prev, m *Member) int64 {
 
 // bytes is the state's size estimate, before calibration.
 func (s *State) bytes() int64 {
-	return s.topicBytes + s.nodeBytes + s.groupBytes + s.offsets.Bytes()
+	return s.topicBytes + s.nodeBytes + s.groupBytes + s.consumerBytes + s.offsets.Bytes()
 }
 
 // The calibration (rules 4). `cohort-bench state` measured one replica's
@@ -355,7 +355,7 @@ func (s *State) estimate() int64 { return s.estimateUnder(s.rules) }
 func (s *State) estimateUnder(rules uint32) int64 {
 	n := s.bytes()
 	if rules >= 4 {
-		n += memberCalibration*int64(s.members) + groupCalibration*int64(len(s.groups))
+		n += memberCalibration*int64(s.members) + groupCalibration*int64(len(s.groups)+len(s.consumerGroups))
 	}
 	return n
 }
@@ -383,7 +383,7 @@ func nodeBytes(n Node) int64 {
 // figures, from scratch (after a restore: it changes the groups, so they
 // must be the state's own).
 func (s *State) measureAll() {
-	s.partitions, s.topicBytes, s.nodeBytes, s.groupBytes = 0, 0, 0, 0
+	s.partitions, s.topicBytes, s.nodeBytes, s.groupBytes, s.consumerBytes = 0, 0, 0, 0, 0
 	for name, n := range s.topics {
 		s.partitions += int64(n)
 		s.topicBytes += topicBytes(name)
@@ -395,6 +395,9 @@ func (s *State) measureAll() {
 		g.reindex(s.topics)
 		g.counted = g.ix.size.bytes
 		s.groupBytes += g.counted
+	}
+	for _, g := range s.consumerGroups {
+		s.consumerBytes += consumerBytes(g)
 	}
 }
 

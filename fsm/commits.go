@@ -21,6 +21,9 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 	if len(c.GetOffsets()) == 0 {
 		return fail(errcode.Errorf(errcode.InvalidArgument, "commit names no offsets")), 0
 	}
+	if cg, ok := s.consumerGroups[c.GetGroupId()]; ok {
+		return s.admitConsumerCommit(cg, c)
+	}
 	g, exists := s.groups[c.GetGroupId()]
 	standalone := c.GetGeneration() == -1 && c.GetMemberId() == ""
 	var member *Member
@@ -73,9 +76,54 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 	return res, accepted
 }
 
+// admitConsumerCommit is admitCommit for a consumer group: a member
+// commits at its current epoch (the commit's generation field), any
+// partition (Kafka checks no ownership here); a commit without a member
+// needs a group without members.
+func (s *State) admitConsumerCommit(g *ConsumerGroup, c *fsmv1.CommitOffsets) (*ApplyResult, int) {
+	switch {
+	case c.GetMemberId() == "":
+		if len(g.Members) > 0 || c.GetGeneration() != -1 {
+			return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q has %d members; a commit without a member needs an empty group and generation -1", g.ID, len(g.Members))), 0
+		}
+	default:
+		m, ok := g.Member(c.GetMemberId())
+		if !ok {
+			return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in consumer group %q", c.GetMemberId(), g.ID)), 0
+		}
+		if c.GetGeneration() != m.Epoch {
+			return fail(errcode.Errorf(errcode.StaleMemberEpoch, "member %q of consumer group %q is at epoch %d, the commit says %d", m.ID, g.ID, m.Epoch, c.GetGeneration())), 0
+		}
+	}
+	res := &ApplyResult{Partitions: make([]PartitionResult, len(c.GetOffsets()))}
+	accepted := 0
+	for i, o := range c.GetOffsets() {
+		r := PartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
+		if r.Err = s.checkCommit(nil, nil, o); r.Err == nil {
+			accepted++
+		}
+		res.Partitions[i] = r
+	}
+	if accepted == 0 {
+		return res, 0
+	}
+	if err := s.checkCommitGrowth(c.GetGroupId(), true, c, res.Partitions); err != nil {
+		return fail(err), 0
+	}
+	return res, accepted
+}
+
 func (s *State) commitOffsets(now int64, c *fsmv1.CommitOffsets) *ApplyResult {
 	res, accepted := s.admitCommit(c)
 	if res.Err != nil || accepted == 0 {
+		return res
+	}
+	if _, consumer := s.consumerGroups[c.GetGroupId()]; consumer {
+		for i, o := range c.GetOffsets() {
+			if res.Partitions[i].Err == nil {
+				s.offsets.Put(c.GetGroupId(), offsetKey(o), offsets.Value{Offset: o.GetOffset(), Metadata: o.GetMetadata(), CommitTimestampMs: now, Generation: c.GetGeneration()})
+			}
+		}
 		return res
 	}
 	g, exists := s.groups[c.GetGroupId()]
@@ -140,7 +188,13 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 	for i, id := range c.GetGroupIds() {
 		r := GroupResult{GroupID: id}
 		g, ok := s.groups[id]
+		cg, consumer := s.consumerGroups[id]
 		switch {
+		case consumer && len(cg.Members) > 0:
+			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "consumer group %q has %d members (%s)", id, len(cg.Members), cg.State())
+		case consumer:
+			s.putConsumerGroup(id, nil)
+			s.offsets.DeleteGroup(id)
 		case !ok:
 			r.Err = errcode.Errorf(errcode.GroupIDNotFound, "group %q does not exist", id)
 		case len(g.Members) > 0:
@@ -164,6 +218,13 @@ const MaxDeleteOffsets = 100_000
 func (s *State) deleteOffsets(c *fsmv1.DeleteOffsets) *ApplyResult {
 	id := c.GetGroupId()
 	g, ok := s.groups[id]
+	subscribed := func(topic string) bool { return count(&g.ix.topics, topic) > 0 }
+	if cg, consumer := s.consumerGroups[id]; consumer {
+		ok = true
+		subscribed = func(topic string) bool {
+			return slices.ContainsFunc(cg.Members, func(m *ConsumerMember) bool { return slices.Contains(m.Topics, topic) })
+		}
+	}
 	switch {
 	case s.rules < 5:
 		return fail(errcode.Errorf(errcode.InvalidArgument, "deleting offsets needs command rules 5; this entry was written under rules %d (a server of the cluster runs an older cohortd)", s.rules))
@@ -178,7 +239,7 @@ func (s *State) deleteOffsets(c *fsmv1.DeleteOffsets) *ApplyResult {
 	doomed := map[offsets.Key]bool{}
 	for i, p := range c.GetPartitions() {
 		r := PartitionResult{Topic: p.GetTopic(), Partition: p.GetPartition()}
-		if count(&g.ix.topics, p.GetTopic()) > 0 {
+		if subscribed(p.GetTopic()) {
 			r.Err = errcode.Errorf(errcode.GroupSubscribedToTopic, "members of group %q subscribe to topic %q, so its offsets stay", id, p.GetTopic())
 		} else {
 			doomed[offsets.Key{Topic: p.GetTopic(), Partition: p.GetPartition()}] = true
@@ -188,7 +249,6 @@ func (s *State) deleteOffsets(c *fsmv1.DeleteOffsets) *ApplyResult {
 	if len(doomed) > 0 {
 		s.offsets.Expire(id, func(k offsets.Key, _ offsets.Value) bool { return doomed[k] })
 	}
-	res.Group = g
 	return res
 }
 
@@ -206,6 +266,19 @@ func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
 		})
 		if s.offsets.GroupLen(id) == 0 && now-g.StateChangedMs >= c.GetRetentionMs() {
 			s.dropGroup(id)
+		}
+	}
+	if s.rules >= 5 {
+		for _, g := range s.ConsumerGroups() {
+			if len(g.Members) > 0 {
+				continue
+			}
+			s.offsets.Expire(g.ID, func(_ offsets.Key, v offsets.Value) bool {
+				return offsets.Expired(v, g.StateChangedMs, now, c.GetRetentionMs())
+			})
+			if s.offsets.GroupLen(g.ID) == 0 && now-g.StateChangedMs >= c.GetRetentionMs() {
+				s.putConsumerGroup(g.ID, nil)
+			}
 		}
 	}
 	return &ApplyResult{}

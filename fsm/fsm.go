@@ -62,6 +62,8 @@ type ApplyResult struct {
 	// ServerAssignment reports how a server-side group's plan was
 	// computed when this command completed its join phase (nil otherwise).
 	ServerAssignment *ServerAssignment
+	// Consumer is a ConsumerHeartbeat's answer for its member.
+	Consumer *ConsumerResult
 }
 
 // PartitionResult is the outcome of one partition of an offset commit.

@@ -259,3 +259,33 @@ func (d deleteOffsets) set(c *fsmv1.Command) {
 	}
 	c.Kind = &fsmv1.Command_DeleteOffsets{DeleteOffsets: do}
 }
+
+// hb is a ConsumerHeartbeat. topics nil: unchanged (except on a join,
+// which always states them); owned nil: not stated.
+type hb struct {
+	group, member string
+	epoch         int32
+	topics        []string
+	owned         map[string][]int32
+	assignor      string
+	instance      string
+}
+
+func (h hb) set(c *fsmv1.Command) {
+	ch := &fsmv1.ConsumerHeartbeat{GroupId: h.group, MemberId: h.member, MemberEpoch: h.epoch, RebalanceTimeoutMs: -1,
+		ServerAssignor: h.assignor, InstanceId: h.instance, ClientId: "c-" + h.member}
+	if h.epoch == 0 {
+		ch.RebalanceTimeoutMs = 30_000
+	}
+	if h.topics != nil || h.epoch == 0 {
+		ch.HasTopics, ch.SubscribedTopics = true, h.topics
+	}
+	if h.owned != nil {
+		ch.HasOwned = true
+		for _, t := range sortedKeysOf(h.owned) {
+			ch.Owned = append(ch.Owned, &fsmv1.TopicPartitions{Topic: t, Partitions: h.owned[t]})
+		}
+	}
+	c.Version = 5
+	c.Kind = &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: ch}
+}

@@ -89,6 +89,9 @@ func (s *State) admitJoin(now int64, c *fsmv1.JoinMember) (joinAdmission, *errco
 	if c.GetInitialRebalanceDelayMs() < 0 {
 		return a, errcode.Errorf(errcode.InvalidArgument, "initial_rebalance_delay_ms %d is negative", c.GetInitialRebalanceDelayMs())
 	}
+	if _, ok := s.consumerGroups[c.GetGroupId()]; ok {
+		return a, errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q is a consumer group (Kafka's ConsumerGroupHeartbeat), not a classic group", c.GetGroupId())
+	}
 	g, exists := s.groups[c.GetGroupId()]
 	if !exists {
 		g = newGroup(c.GetGroupId(), s.epoch, now)

@@ -64,6 +64,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Group{Group: groupToProto(g)}})
 		tr.Groups++
 	}
+	for _, g := range st.ConsumerGroups() {
+		enc.put(&fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_ConsumerGroup{ConsumerGroup: consumerGroupToProto(g)}})
+		tr.Groups++
+	}
 	rec := &fsmv1.OffsetRecord{}
 	wrapped := &fsmv1.SnapshotRecord{Kind: &fsmv1.SnapshotRecord_Offset{Offset: rec}}
 	st.offsets.Range(func(e offsets.Entry) bool {
@@ -162,6 +166,16 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 		s.groups[g.ID] = g
 		s.members += len(g.Members)
 		counts.Groups++
+	case *fsmv1.SnapshotRecord_ConsumerGroup:
+		g, err := consumerGroupFromProto(k.ConsumerGroup)
+		if err != nil {
+			return err
+		}
+		if _, dup := s.groups[g.ID]; dup {
+			return fmt.Errorf("consumer group %q is also a classic group", g.ID)
+		}
+		s.putConsumerGroup(g.ID, g)
+		counts.Groups++
 	case *fsmv1.SnapshotRecord_Budgets:
 		s.budgets = budgetsFromProto(k.Budgets)
 	case *fsmv1.SnapshotRecord_Offset:
@@ -178,6 +192,39 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 		return fmt.Errorf("unknown record kind %T", k)
 	}
 	return nil
+}
+
+func consumerGroupToProto(g *ConsumerGroup) *fsmv1.ConsumerGroup {
+	pg := &fsmv1.ConsumerGroup{GroupId: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, StateChangedMs: g.StateChangedMs}
+	for _, m := range g.Members {
+		pg.Members = append(pg.Members, &fsmv1.ConsumerMember{
+			MemberId: m.ID, InstanceId: m.InstanceID, RackId: m.RackID, ClientId: m.ClientID, ClientHost: m.ClientHost,
+			RebalanceTimeoutMs: m.RebalanceTimeoutMs, Topics: m.Topics, Assignor: m.Assignor, Epoch: m.Epoch, PreviousEpoch: m.PreviousEpoch,
+			Assigned: AssignmentToProto(m.Assigned), Revoking: AssignmentToProto(m.Revoking), Target: AssignmentToProto(m.Target),
+		})
+	}
+	return pg
+}
+
+func consumerGroupFromProto(pg *fsmv1.ConsumerGroup) (*ConsumerGroup, error) {
+	if pg.GetGroupId() == "" {
+		return nil, errors.New("consumer group record without group_id")
+	}
+	g := &ConsumerGroup{ID: pg.GetGroupId(), Epoch: pg.GetEpoch(), AssignmentEpoch: pg.GetAssignmentEpoch(), Assignor: pg.GetAssignor(), StateChangedMs: pg.GetStateChangedMs()}
+	for _, pm := range pg.GetMembers() {
+		if pm.GetMemberId() == "" {
+			return nil, fmt.Errorf("consumer group %q: a member record without member_id", g.ID)
+		}
+		if n := len(g.Members); n > 0 && g.Members[n-1].ID >= pm.GetMemberId() {
+			return nil, fmt.Errorf("consumer group %q: members not sorted by ID (%q after %q)", g.ID, pm.GetMemberId(), g.Members[n-1].ID)
+		}
+		g.Members = append(g.Members, &ConsumerMember{
+			ID: pm.GetMemberId(), InstanceID: pm.GetInstanceId(), RackID: pm.GetRackId(), ClientID: pm.GetClientId(), ClientHost: pm.GetClientHost(),
+			RebalanceTimeoutMs: pm.GetRebalanceTimeoutMs(), Topics: pm.GetTopics(), Assignor: pm.GetAssignor(), Epoch: pm.GetEpoch(), PreviousEpoch: pm.GetPreviousEpoch(),
+			Assigned: assignmentFromProto(pm.GetAssigned()), Revoking: assignmentFromProto(pm.GetRevoking()), Target: assignmentFromProto(pm.GetTarget()),
+		})
+	}
+	return g, nil
 }
 
 func groupToProto(g *Group) *fsmv1.Group {

@@ -304,6 +304,8 @@ type Node struct {
 type State struct {
 	topics  map[string]int32
 	groups  map[string]*Group
+	// consumerGroups are the KIP-848 groups (consumer.go), frozen values.
+	consumerGroups map[string]*ConsumerGroup
 	offsets *offsets.Table
 	nodes   map[string]Node
 	// epoch is bumped after every apply and every clone: a group whose epoch
@@ -320,7 +322,7 @@ type State struct {
 	rulesSeen uint32
 	// The size estimate's parts (see budgets.go), and the partitions of
 	// all topics.
-	partitions, topicBytes, nodeBytes, groupBytes int64
+	partitions, topicBytes, nodeBytes, groupBytes, consumerBytes int64
 	// touched are the groups the command being applied changed.
 	touched []*Group
 }
@@ -328,19 +330,21 @@ type State struct {
 // NewState returns an empty state.
 func NewState() *State {
 	return &State{
-		topics:  map[string]int32{},
-		groups:  map[string]*Group{},
-		offsets: offsets.New(),
-		nodes:   map[string]Node{},
-		epoch:   1,
+		topics:         map[string]int32{},
+		groups:         map[string]*Group{},
+		consumerGroups: map[string]*ConsumerGroup{},
+		offsets:        offsets.New(),
+		nodes:          map[string]Node{},
+		epoch:          1,
 	}
 }
 
 func (s *State) clone() *State {
 	s.epoch++
 	return &State{
-		topics:  maps.Clone(s.topics),
-		groups:  maps.Clone(s.groups),
+		topics:         maps.Clone(s.topics),
+		groups:         maps.Clone(s.groups),
+		consumerGroups: maps.Clone(s.consumerGroups),
 		offsets: s.offsets.Clone(),
 		nodes:   maps.Clone(s.nodes),
 		epoch:   s.epoch + 1<<63,
@@ -350,7 +354,7 @@ func (s *State) clone() *State {
 		// the state.
 		rulesSeen: s.rulesSeen,
 
-		partitions: s.partitions, topicBytes: s.topicBytes, nodeBytes: s.nodeBytes, groupBytes: s.groupBytes,
+		partitions: s.partitions, topicBytes: s.topicBytes, nodeBytes: s.nodeBytes, groupBytes: s.groupBytes, consumerBytes: s.consumerBytes,
 	}
 }
 

@@ -55,6 +55,10 @@ var kafkaCodes = map[errcode.Code]*kerr.Error{
 	errcode.AutopilotManaged:          kerr.UnknownServerError,
 	errcode.BudgetExceeded:            kerr.PolicyViolation,
 	errcode.GroupSubscribedToTopic:    kerr.GroupSubscribedToTopic,
+	errcode.FencedMemberEpoch:         kerr.FencedMemberEpoch,
+	errcode.UnsupportedAssignor:       kerr.UnsupportedAssignor,
+	errcode.StaleMemberEpoch:          kerr.StaleMemberEpoch,
+	errcode.UnreleasedInstanceID:      kerr.UnreleasedInstanceID,
 }
 
 // kafkaError is err as a Kafka error: nil for nil; a context's end is

@@ -45,6 +45,10 @@ var table = [...]struct {
 	{errcode.AutopilotManaged, cohortv1.ErrorCode_ERROR_CODE_AUTOPILOT_MANAGED},
 	{errcode.BudgetExceeded, cohortv1.ErrorCode_ERROR_CODE_BUDGET_EXCEEDED},
 	{errcode.GroupSubscribedToTopic, cohortv1.ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC},
+	{errcode.FencedMemberEpoch, cohortv1.ErrorCode_ERROR_CODE_FENCED_MEMBER_EPOCH},
+	{errcode.UnsupportedAssignor, cohortv1.ErrorCode_ERROR_CODE_UNSUPPORTED_ASSIGNOR},
+	{errcode.StaleMemberEpoch, cohortv1.ErrorCode_ERROR_CODE_STALE_MEMBER_EPOCH},
+	{errcode.UnreleasedInstanceID, cohortv1.ErrorCode_ERROR_CODE_UNRELEASED_INSTANCE_ID},
 }
 
 // ToEnum returns the API enum value of c; false for Unknown and numbers

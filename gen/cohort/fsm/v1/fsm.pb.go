@@ -164,6 +164,7 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_SetBudgets
 	//	*Command_DeleteOffsets
+	//	*Command_ConsumerHeartbeat
 	Kind          isCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -346,6 +347,15 @@ func (x *Command) GetDeleteOffsets() *DeleteOffsets {
 	return nil
 }
 
+func (x *Command) GetConsumerHeartbeat() *ConsumerHeartbeat {
+	if x != nil {
+		if x, ok := x.Kind.(*Command_ConsumerHeartbeat); ok {
+			return x.ConsumerHeartbeat
+		}
+	}
+	return nil
+}
+
 type isCommand_Kind interface {
 	isCommand_Kind()
 }
@@ -406,6 +416,10 @@ type Command_DeleteOffsets struct {
 	DeleteOffsets *DeleteOffsets `protobuf:"bytes,23,opt,name=delete_offsets,json=deleteOffsets,proto3,oneof"`
 }
 
+type Command_ConsumerHeartbeat struct {
+	ConsumerHeartbeat *ConsumerHeartbeat `protobuf:"bytes,24,opt,name=consumer_heartbeat,json=consumerHeartbeat,proto3,oneof"`
+}
+
 func (*Command_JoinMember) isCommand_Kind() {}
 
 func (*Command_CompleteJoin) isCommand_Kind() {}
@@ -433,6 +447,8 @@ func (*Command_Batch) isCommand_Kind() {}
 func (*Command_SetBudgets) isCommand_Kind() {}
 
 func (*Command_DeleteOffsets) isCommand_Kind() {}
+
+func (*Command_ConsumerHeartbeat) isCommand_Kind() {}
 
 // Budgets bound the replicated state; every replica enforces the same ones
 // because they are part of the state. A zero field is no budget.
@@ -1436,6 +1452,156 @@ func (x *CommitOffsets) GetOffsets() []*OffsetCommit {
 	return nil
 }
 
+// ConsumerHeartbeat is a heartbeat of a member of a consumer group (Kafka's
+// KIP-848 protocol, ConsumerGroupHeartbeat; command rules 5 and later), or
+// the coordinator's removal of one (member_epoch -1). The FSM reconciles the
+// member toward the group's target assignment (fsm/consumer.go).
+type ConsumerHeartbeat struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	GroupId  string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	MemberId string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// 0 joins, -1 leaves (and -2, a static member's leave, too), a positive
+	// epoch is the member's current one.
+	MemberEpoch int32  `protobuf:"varint,3,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	InstanceId  string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	RackId      string `protobuf:"bytes,5,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	// -1: unchanged.
+	RebalanceTimeoutMs int32 `protobuf:"varint,6,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
+	// has_topics: subscribed_topics is stated (else unchanged).
+	HasTopics        bool     `protobuf:"varint,7,opt,name=has_topics,json=hasTopics,proto3" json:"has_topics,omitempty"`
+	SubscribedTopics []string `protobuf:"bytes,8,rep,name=subscribed_topics,json=subscribedTopics,proto3" json:"subscribed_topics,omitempty"`
+	// Empty: unchanged (the group's default on a join).
+	ServerAssignor string `protobuf:"bytes,9,opt,name=server_assignor,json=serverAssignor,proto3" json:"server_assignor,omitempty"`
+	// has_owned: owned is what the member holds now (else unchanged).
+	HasOwned      bool               `protobuf:"varint,10,opt,name=has_owned,json=hasOwned,proto3" json:"has_owned,omitempty"`
+	Owned         []*TopicPartitions `protobuf:"bytes,11,rep,name=owned,proto3" json:"owned,omitempty"`
+	ClientId      string             `protobuf:"bytes,12,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientHost    string             `protobuf:"bytes,13,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerHeartbeat) Reset() {
+	*x = ConsumerHeartbeat{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerHeartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerHeartbeat) ProtoMessage() {}
+
+func (x *ConsumerHeartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerHeartbeat.ProtoReflect.Descriptor instead.
+func (*ConsumerHeartbeat) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ConsumerHeartbeat) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerHeartbeat) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetRebalanceTimeoutMs() int32 {
+	if x != nil {
+		return x.RebalanceTimeoutMs
+	}
+	return 0
+}
+
+func (x *ConsumerHeartbeat) GetHasTopics() bool {
+	if x != nil {
+		return x.HasTopics
+	}
+	return false
+}
+
+func (x *ConsumerHeartbeat) GetSubscribedTopics() []string {
+	if x != nil {
+		return x.SubscribedTopics
+	}
+	return nil
+}
+
+func (x *ConsumerHeartbeat) GetServerAssignor() string {
+	if x != nil {
+		return x.ServerAssignor
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetHasOwned() bool {
+	if x != nil {
+		return x.HasOwned
+	}
+	return false
+}
+
+func (x *ConsumerHeartbeat) GetOwned() []*TopicPartitions {
+	if x != nil {
+		return x.Owned
+	}
+	return nil
+}
+
+func (x *ConsumerHeartbeat) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetClientHost() string {
+	if x != nil {
+		return x.ClientHost
+	}
+	return ""
+}
+
 // PartitionKey names one partition of a topic.
 type PartitionKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1447,7 +1613,7 @@ type PartitionKey struct {
 
 func (x *PartitionKey) Reset() {
 	*x = PartitionKey{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1625,7 @@ func (x *PartitionKey) String() string {
 func (*PartitionKey) ProtoMessage() {}
 
 func (x *PartitionKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1638,7 @@ func (x *PartitionKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionKey.ProtoReflect.Descriptor instead.
 func (*PartitionKey) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PartitionKey) GetTopic() string {
@@ -1503,7 +1669,7 @@ type DeleteOffsets struct {
 
 func (x *DeleteOffsets) Reset() {
 	*x = DeleteOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1681,7 @@ func (x *DeleteOffsets) String() string {
 func (*DeleteOffsets) ProtoMessage() {}
 
 func (x *DeleteOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1694,7 @@ func (x *DeleteOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOffsets.ProtoReflect.Descriptor instead.
 func (*DeleteOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteOffsets) GetGroupId() string {
@@ -1555,7 +1721,7 @@ type DeleteGroups struct {
 
 func (x *DeleteGroups) Reset() {
 	*x = DeleteGroups{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1733,7 @@ func (x *DeleteGroups) String() string {
 func (*DeleteGroups) ProtoMessage() {}
 
 func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1746,7 @@ func (x *DeleteGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroups.ProtoReflect.Descriptor instead.
 func (*DeleteGroups) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteGroups) GetGroupIds() []string {
@@ -1601,7 +1767,7 @@ type ExpireOffsets struct {
 
 func (x *ExpireOffsets) Reset() {
 	*x = ExpireOffsets{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1779,7 @@ func (x *ExpireOffsets) String() string {
 func (*ExpireOffsets) ProtoMessage() {}
 
 func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1792,7 @@ func (x *ExpireOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOffsets.ProtoReflect.Descriptor instead.
 func (*ExpireOffsets) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExpireOffsets) GetRetentionMs() int64 {
@@ -1646,7 +1812,7 @@ type CreateTopic struct {
 
 func (x *CreateTopic) Reset() {
 	*x = CreateTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1824,7 @@ func (x *CreateTopic) String() string {
 func (*CreateTopic) ProtoMessage() {}
 
 func (x *CreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1837,7 @@ func (x *CreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopic.ProtoReflect.Descriptor instead.
 func (*CreateTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateTopic) GetName() string {
@@ -1697,7 +1863,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1875,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1888,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1743,7 +1909,7 @@ type AddPartitions struct {
 
 func (x *AddPartitions) Reset() {
 	*x = AddPartitions{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1921,7 @@ func (x *AddPartitions) String() string {
 func (*AddPartitions) ProtoMessage() {}
 
 func (x *AddPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1934,7 @@ func (x *AddPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartitions.ProtoReflect.Descriptor instead.
 func (*AddPartitions) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddPartitions) GetName() string {
@@ -1805,7 +1971,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1983,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1996,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterNode) GetNodeId() string {
@@ -1880,7 +2046,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2058,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2071,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1939,7 +2105,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2117,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2130,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Member) GetSpec() *MemberSpec {
@@ -2028,7 +2194,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2206,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2219,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Group) GetGroupId() string {
@@ -2148,7 +2314,7 @@ type OffsetRecord struct {
 
 func (x *OffsetRecord) Reset() {
 	*x = OffsetRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2326,7 @@ func (x *OffsetRecord) String() string {
 func (*OffsetRecord) ProtoMessage() {}
 
 func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2339,7 @@ func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetRecord.ProtoReflect.Descriptor instead.
 func (*OffsetRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OffsetRecord) GetGroupId() string {
@@ -2235,7 +2401,7 @@ type Topic struct {
 
 func (x *Topic) Reset() {
 	*x = Topic{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2413,7 @@ func (x *Topic) String() string {
 func (*Topic) ProtoMessage() {}
 
 func (x *Topic) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2426,7 @@ func (x *Topic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Topic.ProtoReflect.Descriptor instead.
 func (*Topic) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Topic) GetName() string {
@@ -2292,7 +2458,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2470,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2483,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Node) GetNodeId() string {
@@ -2364,6 +2530,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Group
 	//	*SnapshotRecord_Offset
 	//	*SnapshotRecord_Budgets
+	//	*SnapshotRecord_ConsumerGroup
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2371,7 +2538,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2550,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2563,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotRecord) GetKind() isSnapshotRecord_Kind {
@@ -2451,6 +2618,15 @@ func (x *SnapshotRecord) GetBudgets() *Budgets {
 	return nil
 }
 
+func (x *SnapshotRecord) GetConsumerGroup() *ConsumerGroup {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ConsumerGroup); ok {
+			return x.ConsumerGroup
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Kind interface {
 	isSnapshotRecord_Kind()
 }
@@ -2475,6 +2651,10 @@ type SnapshotRecord_Budgets struct {
 	Budgets *Budgets `protobuf:"bytes,5,opt,name=budgets,proto3,oneof"`
 }
 
+type SnapshotRecord_ConsumerGroup struct {
+	ConsumerGroup *ConsumerGroup `protobuf:"bytes,6,opt,name=consumer_group,json=consumerGroup,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Topic) isSnapshotRecord_Kind() {}
@@ -2484,6 +2664,235 @@ func (*SnapshotRecord_Group) isSnapshotRecord_Kind() {}
 func (*SnapshotRecord_Offset) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Budgets) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_ConsumerGroup) isSnapshotRecord_Kind() {}
+
+// ConsumerGroup is a KIP-848 consumer group in a snapshot.
+type ConsumerGroup struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// The group epoch: bumped by every change of membership or subscription.
+	Epoch int32 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The epoch the members' targets were computed for.
+	AssignmentEpoch int32             `protobuf:"varint,3,opt,name=assignment_epoch,json=assignmentEpoch,proto3" json:"assignment_epoch,omitempty"`
+	Assignor        string            `protobuf:"bytes,4,opt,name=assignor,proto3" json:"assignor,omitempty"`
+	Members         []*ConsumerMember `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	StateChangedMs  int64             `protobuf:"varint,6,opt,name=state_changed_ms,json=stateChangedMs,proto3" json:"state_changed_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConsumerGroup) Reset() {
+	*x = ConsumerGroup{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroup) ProtoMessage() {}
+
+func (x *ConsumerGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroup.ProtoReflect.Descriptor instead.
+func (*ConsumerGroup) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ConsumerGroup) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroup) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroup) GetAssignmentEpoch() int32 {
+	if x != nil {
+		return x.AssignmentEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroup) GetAssignor() string {
+	if x != nil {
+		return x.Assignor
+	}
+	return ""
+}
+
+func (x *ConsumerGroup) GetMembers() []*ConsumerMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ConsumerGroup) GetStateChangedMs() int64 {
+	if x != nil {
+		return x.StateChangedMs
+	}
+	return 0
+}
+
+type ConsumerMember struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	MemberId           string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	InstanceId         string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	RackId             string                 `protobuf:"bytes,3,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	ClientId           string                 `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientHost         string                 `protobuf:"bytes,5,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	RebalanceTimeoutMs int32                  `protobuf:"varint,6,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
+	Topics             []string               `protobuf:"bytes,7,rep,name=topics,proto3" json:"topics,omitempty"`
+	Assignor           string                 `protobuf:"bytes,8,opt,name=assignor,proto3" json:"assignor,omitempty"`
+	Epoch              int32                  `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PreviousEpoch      int32                  `protobuf:"varint,10,opt,name=previous_epoch,json=previousEpoch,proto3" json:"previous_epoch,omitempty"`
+	Assigned           *Assignment            `protobuf:"bytes,11,opt,name=assigned,proto3" json:"assigned,omitempty"`
+	Revoking           *Assignment            `protobuf:"bytes,12,opt,name=revoking,proto3" json:"revoking,omitempty"`
+	Target             *Assignment            `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ConsumerMember) Reset() {
+	*x = ConsumerMember{}
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerMember) ProtoMessage() {}
+
+func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerMember.ProtoReflect.Descriptor instead.
+func (*ConsumerMember) Descriptor() ([]byte, []int) {
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ConsumerMember) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetClientHost() string {
+	if x != nil {
+		return x.ClientHost
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetRebalanceTimeoutMs() int32 {
+	if x != nil {
+		return x.RebalanceTimeoutMs
+	}
+	return 0
+}
+
+func (x *ConsumerMember) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *ConsumerMember) GetAssignor() string {
+	if x != nil {
+		return x.Assignor
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ConsumerMember) GetPreviousEpoch() int32 {
+	if x != nil {
+		return x.PreviousEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerMember) GetAssigned() *Assignment {
+	if x != nil {
+		return x.Assigned
+	}
+	return nil
+}
+
+func (x *ConsumerMember) GetRevoking() *Assignment {
+	if x != nil {
+		return x.Revoking
+	}
+	return nil
+}
+
+func (x *ConsumerMember) GetTarget() *Assignment {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
 
 type SnapshotTrailer struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2499,7 +2908,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2920,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_cohort_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2933,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_cohort_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotTrailer) GetNodes() uint64 {
@@ -2566,7 +2975,7 @@ var File_cohort_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xf3\a\n" +
+	"\x17cohort/fsm/v1/fsm.proto\x12\rcohort.fsm.v1\"\xc6\b\n" +
 	"\aCommand\x12!\n" +
 	"\ftimestamp_ms\x18\x01 \x01(\x03R\vtimestampMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12<\n" +
@@ -2586,7 +2995,8 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05batch\x18\x15 \x01(\v2\x14.cohort.fsm.v1.BatchH\x00R\x05batch\x12<\n" +
 	"\vset_budgets\x18\x16 \x01(\v2\x19.cohort.fsm.v1.SetBudgetsH\x00R\n" +
 	"setBudgets\x12E\n" +
-	"\x0edelete_offsets\x18\x17 \x01(\v2\x1c.cohort.fsm.v1.DeleteOffsetsH\x00R\rdeleteOffsetsB\x06\n" +
+	"\x0edelete_offsets\x18\x17 \x01(\v2\x1c.cohort.fsm.v1.DeleteOffsetsH\x00R\rdeleteOffsets\x12Q\n" +
+	"\x12consumer_heartbeat\x18\x18 \x01(\v2 .cohort.fsm.v1.ConsumerHeartbeatH\x00R\x11consumerHeartbeatB\x06\n" +
 	"\x04kind\"\x9a\x03\n" +
 	"\aBudgets\x12\x16\n" +
 	"\x06topics\x18\x01 \x01(\x03R\x06topics\x120\n" +
@@ -2679,7 +3089,25 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\x125\n" +
-	"\aoffsets\x18\x05 \x03(\v2\x1b.cohort.fsm.v1.OffsetCommitR\aoffsets\"B\n" +
+	"\aoffsets\x18\x05 \x03(\v2\x1b.cohort.fsm.v1.OffsetCommitR\aoffsets\"\xe0\x03\n" +
+	"\x11ConsumerHeartbeat\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x03 \x01(\x05R\vmemberEpoch\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\x12\x17\n" +
+	"\arack_id\x18\x05 \x01(\tR\x06rackId\x120\n" +
+	"\x14rebalance_timeout_ms\x18\x06 \x01(\x05R\x12rebalanceTimeoutMs\x12\x1d\n" +
+	"\n" +
+	"has_topics\x18\a \x01(\bR\thasTopics\x12+\n" +
+	"\x11subscribed_topics\x18\b \x03(\tR\x10subscribedTopics\x12'\n" +
+	"\x0fserver_assignor\x18\t \x01(\tR\x0eserverAssignor\x12\x1b\n" +
+	"\thas_owned\x18\n" +
+	" \x01(\bR\bhasOwned\x124\n" +
+	"\x05owned\x18\v \x03(\v2\x1e.cohort.fsm.v1.TopicPartitionsR\x05owned\x12\x1b\n" +
+	"\tclient_id\x18\f \x01(\tR\bclientId\x12\x1f\n" +
+	"\vclient_host\x18\r \x01(\tR\n" +
+	"clientHost\"B\n" +
 	"\fPartitionKey\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\"g\n" +
@@ -2758,14 +3186,39 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12.\n" +
 	"\x13max_command_version\x18\x04 \x01(\rR\x11maxCommandVersion\x12#\n" +
-	"\rkafka_address\x18\x05 \x01(\tR\fkafkaAddress\"\x8a\x02\n" +
+	"\rkafka_address\x18\x05 \x01(\tR\fkafkaAddress\"\xd1\x02\n" +
 	"\x0eSnapshotRecord\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.cohort.fsm.v1.NodeH\x00R\x04node\x12,\n" +
 	"\x05topic\x18\x02 \x01(\v2\x14.cohort.fsm.v1.TopicH\x00R\x05topic\x12,\n" +
 	"\x05group\x18\x03 \x01(\v2\x14.cohort.fsm.v1.GroupH\x00R\x05group\x125\n" +
 	"\x06offset\x18\x04 \x01(\v2\x1b.cohort.fsm.v1.OffsetRecordH\x00R\x06offset\x122\n" +
-	"\abudgets\x18\x05 \x01(\v2\x16.cohort.fsm.v1.BudgetsH\x00R\abudgetsB\x06\n" +
-	"\x04kind\"\x89\x01\n" +
+	"\abudgets\x18\x05 \x01(\v2\x16.cohort.fsm.v1.BudgetsH\x00R\abudgets\x12E\n" +
+	"\x0econsumer_group\x18\x06 \x01(\v2\x1c.cohort.fsm.v1.ConsumerGroupH\x00R\rconsumerGroupB\x06\n" +
+	"\x04kind\"\xea\x01\n" +
+	"\rConsumerGroup\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12)\n" +
+	"\x10assignment_epoch\x18\x03 \x01(\x05R\x0fassignmentEpoch\x12\x1a\n" +
+	"\bassignor\x18\x04 \x01(\tR\bassignor\x127\n" +
+	"\amembers\x18\x05 \x03(\v2\x1d.cohort.fsm.v1.ConsumerMemberR\amembers\x12(\n" +
+	"\x10state_changed_ms\x18\x06 \x01(\x03R\x0estateChangedMs\"\xe9\x03\n" +
+	"\x0eConsumerMember\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"instanceId\x12\x17\n" +
+	"\arack_id\x18\x03 \x01(\tR\x06rackId\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vclient_host\x18\x05 \x01(\tR\n" +
+	"clientHost\x120\n" +
+	"\x14rebalance_timeout_ms\x18\x06 \x01(\x05R\x12rebalanceTimeoutMs\x12\x16\n" +
+	"\x06topics\x18\a \x03(\tR\x06topics\x12\x1a\n" +
+	"\bassignor\x18\b \x01(\tR\bassignor\x12\x14\n" +
+	"\x05epoch\x18\t \x01(\x05R\x05epoch\x12%\n" +
+	"\x0eprevious_epoch\x18\n" +
+	" \x01(\x05R\rpreviousEpoch\x125\n" +
+	"\bassigned\x18\v \x01(\v2\x19.cohort.fsm.v1.AssignmentR\bassigned\x125\n" +
+	"\brevoking\x18\f \x01(\v2\x19.cohort.fsm.v1.AssignmentR\brevoking\x121\n" +
+	"\x06target\x18\r \x01(\v2\x19.cohort.fsm.v1.AssignmentR\x06target\"\x89\x01\n" +
 	"\x0fSnapshotTrailer\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x16\n" +
 	"\x06topics\x18\x02 \x01(\x04R\x06topics\x12\x16\n" +
@@ -2799,42 +3252,45 @@ func file_cohort_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_cohort_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_cohort_fsm_v1_fsm_proto_goTypes = []any{
-	(RemoveReason)(0),        // 0: cohort.fsm.v1.RemoveReason
-	(GroupState)(0),          // 1: cohort.fsm.v1.GroupState
-	(*Command)(nil),          // 2: cohort.fsm.v1.Command
-	(*Budgets)(nil),          // 3: cohort.fsm.v1.Budgets
-	(*SetBudgets)(nil),       // 4: cohort.fsm.v1.SetBudgets
-	(*Batch)(nil),            // 5: cohort.fsm.v1.Batch
-	(*Protocol)(nil),         // 6: cohort.fsm.v1.Protocol
-	(*MemberSpec)(nil),       // 7: cohort.fsm.v1.MemberSpec
-	(*JoinMember)(nil),       // 8: cohort.fsm.v1.JoinMember
-	(*CompleteJoin)(nil),     // 9: cohort.fsm.v1.CompleteJoin
-	(*TopicPartitions)(nil),  // 10: cohort.fsm.v1.TopicPartitions
-	(*Assignment)(nil),       // 11: cohort.fsm.v1.Assignment
-	(*MemberAssignment)(nil), // 12: cohort.fsm.v1.MemberAssignment
-	(*SyncAssignment)(nil),   // 13: cohort.fsm.v1.SyncAssignment
-	(*MemberRef)(nil),        // 14: cohort.fsm.v1.MemberRef
-	(*RemoveMembers)(nil),    // 15: cohort.fsm.v1.RemoveMembers
-	(*OffsetCommit)(nil),     // 16: cohort.fsm.v1.OffsetCommit
-	(*CommitOffsets)(nil),    // 17: cohort.fsm.v1.CommitOffsets
-	(*PartitionKey)(nil),     // 18: cohort.fsm.v1.PartitionKey
-	(*DeleteOffsets)(nil),    // 19: cohort.fsm.v1.DeleteOffsets
-	(*DeleteGroups)(nil),     // 20: cohort.fsm.v1.DeleteGroups
-	(*ExpireOffsets)(nil),    // 21: cohort.fsm.v1.ExpireOffsets
-	(*CreateTopic)(nil),      // 22: cohort.fsm.v1.CreateTopic
-	(*DeleteTopic)(nil),      // 23: cohort.fsm.v1.DeleteTopic
-	(*AddPartitions)(nil),    // 24: cohort.fsm.v1.AddPartitions
-	(*RegisterNode)(nil),     // 25: cohort.fsm.v1.RegisterNode
-	(*SnapshotHeader)(nil),   // 26: cohort.fsm.v1.SnapshotHeader
-	(*Member)(nil),           // 27: cohort.fsm.v1.Member
-	(*Group)(nil),            // 28: cohort.fsm.v1.Group
-	(*OffsetRecord)(nil),     // 29: cohort.fsm.v1.OffsetRecord
-	(*Topic)(nil),            // 30: cohort.fsm.v1.Topic
-	(*Node)(nil),             // 31: cohort.fsm.v1.Node
-	(*SnapshotRecord)(nil),   // 32: cohort.fsm.v1.SnapshotRecord
-	(*SnapshotTrailer)(nil),  // 33: cohort.fsm.v1.SnapshotTrailer
+	(RemoveReason)(0),         // 0: cohort.fsm.v1.RemoveReason
+	(GroupState)(0),           // 1: cohort.fsm.v1.GroupState
+	(*Command)(nil),           // 2: cohort.fsm.v1.Command
+	(*Budgets)(nil),           // 3: cohort.fsm.v1.Budgets
+	(*SetBudgets)(nil),        // 4: cohort.fsm.v1.SetBudgets
+	(*Batch)(nil),             // 5: cohort.fsm.v1.Batch
+	(*Protocol)(nil),          // 6: cohort.fsm.v1.Protocol
+	(*MemberSpec)(nil),        // 7: cohort.fsm.v1.MemberSpec
+	(*JoinMember)(nil),        // 8: cohort.fsm.v1.JoinMember
+	(*CompleteJoin)(nil),      // 9: cohort.fsm.v1.CompleteJoin
+	(*TopicPartitions)(nil),   // 10: cohort.fsm.v1.TopicPartitions
+	(*Assignment)(nil),        // 11: cohort.fsm.v1.Assignment
+	(*MemberAssignment)(nil),  // 12: cohort.fsm.v1.MemberAssignment
+	(*SyncAssignment)(nil),    // 13: cohort.fsm.v1.SyncAssignment
+	(*MemberRef)(nil),         // 14: cohort.fsm.v1.MemberRef
+	(*RemoveMembers)(nil),     // 15: cohort.fsm.v1.RemoveMembers
+	(*OffsetCommit)(nil),      // 16: cohort.fsm.v1.OffsetCommit
+	(*CommitOffsets)(nil),     // 17: cohort.fsm.v1.CommitOffsets
+	(*ConsumerHeartbeat)(nil), // 18: cohort.fsm.v1.ConsumerHeartbeat
+	(*PartitionKey)(nil),      // 19: cohort.fsm.v1.PartitionKey
+	(*DeleteOffsets)(nil),     // 20: cohort.fsm.v1.DeleteOffsets
+	(*DeleteGroups)(nil),      // 21: cohort.fsm.v1.DeleteGroups
+	(*ExpireOffsets)(nil),     // 22: cohort.fsm.v1.ExpireOffsets
+	(*CreateTopic)(nil),       // 23: cohort.fsm.v1.CreateTopic
+	(*DeleteTopic)(nil),       // 24: cohort.fsm.v1.DeleteTopic
+	(*AddPartitions)(nil),     // 25: cohort.fsm.v1.AddPartitions
+	(*RegisterNode)(nil),      // 26: cohort.fsm.v1.RegisterNode
+	(*SnapshotHeader)(nil),    // 27: cohort.fsm.v1.SnapshotHeader
+	(*Member)(nil),            // 28: cohort.fsm.v1.Member
+	(*Group)(nil),             // 29: cohort.fsm.v1.Group
+	(*OffsetRecord)(nil),      // 30: cohort.fsm.v1.OffsetRecord
+	(*Topic)(nil),             // 31: cohort.fsm.v1.Topic
+	(*Node)(nil),              // 32: cohort.fsm.v1.Node
+	(*SnapshotRecord)(nil),    // 33: cohort.fsm.v1.SnapshotRecord
+	(*ConsumerGroup)(nil),     // 34: cohort.fsm.v1.ConsumerGroup
+	(*ConsumerMember)(nil),    // 35: cohort.fsm.v1.ConsumerMember
+	(*SnapshotTrailer)(nil),   // 36: cohort.fsm.v1.SnapshotTrailer
 }
 var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
 	8,  // 0: cohort.fsm.v1.Command.join_member:type_name -> cohort.fsm.v1.JoinMember
@@ -2842,41 +3298,48 @@ var file_cohort_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 2: cohort.fsm.v1.Command.sync_assignment:type_name -> cohort.fsm.v1.SyncAssignment
 	15, // 3: cohort.fsm.v1.Command.remove_members:type_name -> cohort.fsm.v1.RemoveMembers
 	17, // 4: cohort.fsm.v1.Command.commit_offsets:type_name -> cohort.fsm.v1.CommitOffsets
-	20, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
-	21, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
-	22, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
-	23, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
-	24, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
-	25, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
+	21, // 5: cohort.fsm.v1.Command.delete_groups:type_name -> cohort.fsm.v1.DeleteGroups
+	22, // 6: cohort.fsm.v1.Command.expire_offsets:type_name -> cohort.fsm.v1.ExpireOffsets
+	23, // 7: cohort.fsm.v1.Command.create_topic:type_name -> cohort.fsm.v1.CreateTopic
+	24, // 8: cohort.fsm.v1.Command.delete_topic:type_name -> cohort.fsm.v1.DeleteTopic
+	25, // 9: cohort.fsm.v1.Command.add_partitions:type_name -> cohort.fsm.v1.AddPartitions
+	26, // 10: cohort.fsm.v1.Command.register_node:type_name -> cohort.fsm.v1.RegisterNode
 	5,  // 11: cohort.fsm.v1.Command.batch:type_name -> cohort.fsm.v1.Batch
 	4,  // 12: cohort.fsm.v1.Command.set_budgets:type_name -> cohort.fsm.v1.SetBudgets
-	19, // 13: cohort.fsm.v1.Command.delete_offsets:type_name -> cohort.fsm.v1.DeleteOffsets
-	3,  // 14: cohort.fsm.v1.SetBudgets.budgets:type_name -> cohort.fsm.v1.Budgets
-	2,  // 15: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
-	6,  // 16: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
-	7,  // 17: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
-	10, // 18: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
-	11, // 19: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
-	12, // 20: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
-	14, // 21: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
-	0,  // 22: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
-	16, // 23: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
-	18, // 24: cohort.fsm.v1.DeleteOffsets.partitions:type_name -> cohort.fsm.v1.PartitionKey
-	7,  // 25: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
-	11, // 26: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
-	11, // 27: cohort.fsm.v1.Member.previous_assignment:type_name -> cohort.fsm.v1.Assignment
-	1,  // 28: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
-	27, // 29: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
-	31, // 30: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
-	30, // 31: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
-	28, // 32: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
-	29, // 33: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
-	3,  // 34: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	20, // 13: cohort.fsm.v1.Command.delete_offsets:type_name -> cohort.fsm.v1.DeleteOffsets
+	18, // 14: cohort.fsm.v1.Command.consumer_heartbeat:type_name -> cohort.fsm.v1.ConsumerHeartbeat
+	3,  // 15: cohort.fsm.v1.SetBudgets.budgets:type_name -> cohort.fsm.v1.Budgets
+	2,  // 16: cohort.fsm.v1.Batch.commands:type_name -> cohort.fsm.v1.Command
+	6,  // 17: cohort.fsm.v1.MemberSpec.protocols:type_name -> cohort.fsm.v1.Protocol
+	7,  // 18: cohort.fsm.v1.JoinMember.member:type_name -> cohort.fsm.v1.MemberSpec
+	10, // 19: cohort.fsm.v1.Assignment.topics:type_name -> cohort.fsm.v1.TopicPartitions
+	11, // 20: cohort.fsm.v1.MemberAssignment.assignment:type_name -> cohort.fsm.v1.Assignment
+	12, // 21: cohort.fsm.v1.SyncAssignment.assignments:type_name -> cohort.fsm.v1.MemberAssignment
+	14, // 22: cohort.fsm.v1.RemoveMembers.members:type_name -> cohort.fsm.v1.MemberRef
+	0,  // 23: cohort.fsm.v1.RemoveMembers.reason:type_name -> cohort.fsm.v1.RemoveReason
+	16, // 24: cohort.fsm.v1.CommitOffsets.offsets:type_name -> cohort.fsm.v1.OffsetCommit
+	10, // 25: cohort.fsm.v1.ConsumerHeartbeat.owned:type_name -> cohort.fsm.v1.TopicPartitions
+	19, // 26: cohort.fsm.v1.DeleteOffsets.partitions:type_name -> cohort.fsm.v1.PartitionKey
+	7,  // 27: cohort.fsm.v1.Member.spec:type_name -> cohort.fsm.v1.MemberSpec
+	11, // 28: cohort.fsm.v1.Member.assignment:type_name -> cohort.fsm.v1.Assignment
+	11, // 29: cohort.fsm.v1.Member.previous_assignment:type_name -> cohort.fsm.v1.Assignment
+	1,  // 30: cohort.fsm.v1.Group.state:type_name -> cohort.fsm.v1.GroupState
+	28, // 31: cohort.fsm.v1.Group.members:type_name -> cohort.fsm.v1.Member
+	32, // 32: cohort.fsm.v1.SnapshotRecord.node:type_name -> cohort.fsm.v1.Node
+	31, // 33: cohort.fsm.v1.SnapshotRecord.topic:type_name -> cohort.fsm.v1.Topic
+	29, // 34: cohort.fsm.v1.SnapshotRecord.group:type_name -> cohort.fsm.v1.Group
+	30, // 35: cohort.fsm.v1.SnapshotRecord.offset:type_name -> cohort.fsm.v1.OffsetRecord
+	3,  // 36: cohort.fsm.v1.SnapshotRecord.budgets:type_name -> cohort.fsm.v1.Budgets
+	34, // 37: cohort.fsm.v1.SnapshotRecord.consumer_group:type_name -> cohort.fsm.v1.ConsumerGroup
+	35, // 38: cohort.fsm.v1.ConsumerGroup.members:type_name -> cohort.fsm.v1.ConsumerMember
+	11, // 39: cohort.fsm.v1.ConsumerMember.assigned:type_name -> cohort.fsm.v1.Assignment
+	11, // 40: cohort.fsm.v1.ConsumerMember.revoking:type_name -> cohort.fsm.v1.Assignment
+	11, // 41: cohort.fsm.v1.ConsumerMember.target:type_name -> cohort.fsm.v1.Assignment
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_cohort_fsm_v1_fsm_proto_init() }
@@ -2899,13 +3362,15 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_SetBudgets)(nil),
 		(*Command_DeleteOffsets)(nil),
+		(*Command_ConsumerHeartbeat)(nil),
 	}
-	file_cohort_fsm_v1_fsm_proto_msgTypes[30].OneofWrappers = []any{
+	file_cohort_fsm_v1_fsm_proto_msgTypes[31].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Group)(nil),
 		(*SnapshotRecord_Offset)(nil),
 		(*SnapshotRecord_Budgets)(nil),
+		(*SnapshotRecord_ConsumerGroup)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2913,7 +3378,7 @@ func file_cohort_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_fsm_v1_fsm_proto_rawDesc), len(file_cohort_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

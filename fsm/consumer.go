@@ -1,0 +1,491 @@
+package fsm
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/cohortlabs/cohort/assign"
+	"github.com/cohortlabs/cohort/errcode"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
+)
+
+// Consumer groups: Kafka's KIP-848 protocol (command rules 5).
+//
+// A consumer group has no join barrier. Each member heartbeats on its own
+// (ConsumerHeartbeat), and the coordinator assigns:
+//
+//   - The group epoch rises with every change of membership, subscription
+//     or assignor. The same apply computes every member's target assignment
+//     for the new epoch with the group's server-side assignor ("uniform",
+//     Cohort's sticky; or "range"), fed what each member holds, so that
+//     little moves.
+//   - A member moves to the target on its own heartbeats (reconcile). One
+//     that holds partitions its target does not include is first told to
+//     revoke them, keeping its epoch; once a heartbeat says it no longer
+//     owns them, it moves to the target epoch. A partition another member
+//     still holds or is revoking is withheld ("unreleased") and handed out
+//     by a later heartbeat, once released: no partition is ever held by two
+//     members.
+//   - Commits are fenced by the member epoch (STALE_MEMBER_EPOCH).
+//
+// Consumer groups live beside the classic groups, in their own map, with
+// one ID space: a classic group and a consumer group never share an ID. A
+// static member's leave (epoch -2) removes it as a leave does: its
+// partitions go to the others rather than waiting for its return.
+//
+// Groups and members are frozen once stored: every change builds a new
+// group value, so snapshots share them safely.
+
+// Server-side assignors of consumer groups, by Kafka's names.
+const (
+	AssignorUniform = "uniform"
+	AssignorRange   = "range"
+)
+
+// ConsumerAssignors are the server-side assignors a consumer group may
+// name, sorted; the first is the default.
+func ConsumerAssignors() []string { return []string{AssignorUniform, AssignorRange} }
+
+// consumerAssignor maps a Kafka assignor name to package assign's.
+func consumerAssignor(name string) string {
+	if name == AssignorUniform {
+		return assign.NameSticky
+	}
+	return assign.NameRange
+}
+
+// Consumer group states, as Kafka's ConsumerGroupDescribe names them.
+const (
+	ConsumerEmpty       = "Empty"
+	ConsumerReconciling = "Reconciling"
+	ConsumerStable      = "Stable"
+)
+
+// ConsumerGroup is a KIP-848 consumer group. Frozen: never change one.
+type ConsumerGroup struct {
+	ID string
+	// Epoch is the group epoch; AssignmentEpoch the epoch of the members'
+	// targets (always Epoch: targets are computed in the same apply).
+	Epoch, AssignmentEpoch int32
+	// Assignor is the server-side assignor in use.
+	Assignor       string
+	Members        []*ConsumerMember // sorted by ID
+	StateChangedMs int64
+}
+
+// ConsumerMember is one member of a consumer group. Frozen.
+type ConsumerMember struct {
+	ID, InstanceID, RackID, ClientID, ClientHost string
+	RebalanceTimeoutMs                           int32
+	// Topics the member subscribes to, sorted and unique.
+	Topics []string
+	// Assignor the member asked for ("" for the group's).
+	Assignor string
+	// Epoch is the member epoch; PreviousEpoch the one before, still
+	// accepted from a heartbeat whose answer was lost.
+	Epoch, PreviousEpoch int32
+	// Assigned are the partitions the member may consume; Revoking those it
+	// was told to give up and has not yet confirmed; Target its share of
+	// the group's target assignment.
+	Assigned, Revoking, Target Assignment
+}
+
+// State is the group's state: Empty, Reconciling (a member is not yet at
+// its target) or Stable.
+func (g *ConsumerGroup) State() string {
+	if len(g.Members) == 0 {
+		return ConsumerEmpty
+	}
+	for _, m := range g.Members {
+		if !m.reconciled(g.AssignmentEpoch) {
+			return ConsumerReconciling
+		}
+	}
+	return ConsumerStable
+}
+
+func (m *ConsumerMember) reconciled(target int32) bool {
+	return m.Epoch == target && m.Revoking.Len() == 0 && assignmentsEqual(m.Assigned, m.Target)
+}
+
+// Member returns the member with the given ID.
+func (g *ConsumerGroup) Member(id string) (*ConsumerMember, bool) {
+	i, ok := slices.BinarySearchFunc(g.Members, id, func(m *ConsumerMember, id string) int { return strings.Compare(m.ID, id) })
+	if !ok {
+		return nil, false
+	}
+	return g.Members[i], true
+}
+
+// ConsumerResult is what a ConsumerHeartbeat answers its member.
+type ConsumerResult struct {
+	MemberID string
+	// Epoch is the member's epoch after the heartbeat (-1 after a leave).
+	Epoch int32
+	// Assigned is what the member may consume now.
+	Assigned Assignment
+	Group    *ConsumerGroup
+}
+
+// ConsumerGroup returns the consumer group with the given ID.
+func (s *State) ConsumerGroup(id string) (*ConsumerGroup, bool) {
+	g, ok := s.consumerGroups[id]
+	return g, ok
+}
+
+// ConsumerGroups returns every consumer group sorted by ID.
+func (s *State) ConsumerGroups() []*ConsumerGroup {
+	out := make([]*ConsumerGroup, 0, len(s.consumerGroups))
+	for _, id := range slices.Sorted(maps.Keys(s.consumerGroups)) {
+		out = append(out, s.consumerGroups[id])
+	}
+	return out
+}
+
+// consumerBytes is a consumer group's share of the state estimate: its
+// strings and partitions, calibrated as a classic group's members are.
+func consumerBytes(g *ConsumerGroup) int64 {
+	n := groupBytes(g.ID, g.Assignor)
+	for _, m := range g.Members {
+		n += int64(memberOverhead + len(m.ID) + len(m.InstanceID) + len(m.RackID) + len(m.ClientID) + len(m.ClientHost) + len(m.Assignor))
+		for _, t := range m.Topics {
+			n += int64(len(t))
+		}
+		n += assignmentBytes(m.Assigned) + assignmentBytes(m.Revoking) + assignmentBytes(m.Target)
+	}
+	return n
+}
+
+// putConsumerGroup stores g (nil: removes the group id), keeping the size
+// estimate and the member count.
+func (s *State) putConsumerGroup(id string, g *ConsumerGroup) {
+	if old, ok := s.consumerGroups[id]; ok {
+		s.consumerBytes -= consumerBytes(old)
+		s.members -= len(old.Members)
+		delete(s.consumerGroups, id)
+	}
+	if g != nil {
+		s.consumerGroups[id] = g
+		s.consumerBytes += consumerBytes(g)
+		s.members += len(g.Members)
+	}
+}
+
+// consumerHeartbeat applies one heartbeat (see the file comment).
+func (s *State) consumerHeartbeat(now int64, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
+	if s.rules < 5 {
+		return fail(errcode.Errorf(errcode.InvalidArgument, "consumer groups need command rules 5; this entry was written under rules %d (a server of the cluster runs an older cohortd)", s.rules))
+	}
+	if err := checkName("group_id", c.GetGroupId()); err != nil {
+		return fail(err)
+	}
+	if err := checkName("member_id", c.GetMemberId()); err != nil {
+		return fail(err)
+	}
+	id := c.GetGroupId()
+	if _, classic := s.groups[id]; classic {
+		return fail(errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q is a classic group (JoinGroup), not a consumer group", id))
+	}
+	g := s.consumerGroups[id]
+	switch e := c.GetMemberEpoch(); {
+	case e == -1 || e == -2:
+		return s.consumerLeave(now, g, c)
+	case e == 0:
+		return s.consumerJoin(now, g, c)
+	case e > 0:
+		return s.consumerBeat(now, g, c)
+	default:
+		return fail(errcode.Errorf(errcode.InvalidArgument, "member_epoch %d: want 0 (join), -1 or -2 (leave) or the member's epoch", e))
+	}
+}
+
+func (s *State) consumerLeave(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
+	if g == nil {
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
+	}
+	if _, ok := g.Member(c.GetMemberId()); !ok {
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in consumer group %q", c.GetMemberId(), g.ID))
+	}
+	members := slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
+	ng := s.rebalanced(now, g, members, g.Assignor)
+	s.putConsumerGroup(g.ID, ng)
+	return &ApplyResult{Consumer: &ConsumerResult{MemberID: c.GetMemberId(), Epoch: -1, Group: ng}}
+}
+
+func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
+	switch {
+	case !c.GetHasTopics():
+		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q joins without its subscribed topics", c.GetMemberId()))
+	case c.GetRebalanceTimeoutMs() <= 0:
+		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q joins with rebalance_timeout_ms %d: a join states a positive one", c.GetMemberId(), c.GetRebalanceTimeoutMs()))
+	case len(c.GetSubscribedTopics()) > MaxNameLength:
+		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q subscribes to %d topics, over the limit of %d", c.GetMemberId(), len(c.GetSubscribedTopics()), MaxNameLength))
+	}
+	if err := checkConsumerStrings(c); err != nil {
+		return fail(err)
+	}
+	assignor := c.GetServerAssignor()
+	if assignor != "" && !slices.Contains(ConsumerAssignors(), assignor) {
+		return fail(errcode.Errorf(errcode.UnsupportedAssignor, "server assignor %q: this coordinator runs %s", assignor, strings.Join(ConsumerAssignors(), ", ")))
+	}
+	var members []*ConsumerMember
+	exists := g != nil
+	if exists {
+		// A member joining again with its ID (after being fenced) starts
+		// over: what it held is released.
+		members = slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
+		if inst := c.GetInstanceId(); inst != "" {
+			for _, m := range members {
+				if m.InstanceID == inst {
+					return fail(errcode.Errorf(errcode.UnreleasedInstanceID, "instance %q of consumer group %q is member %q's, which has not left", inst, g.ID, m.ID))
+				}
+			}
+		}
+	}
+	b := &s.budgets
+	if !exists {
+		if err := s.overBudget("groups", b.Groups, int64(len(s.groups)+len(s.consumerGroups)), 1, "the group count"); err != nil {
+			return fail(err)
+		}
+	}
+	if err := s.overBudget("members-per-group", b.MembersPerGroup, int64(len(members)), 1, fmt.Sprintf("consumer group %q's member count", c.GetGroupId())); err != nil {
+		return fail(err)
+	}
+	m := &ConsumerMember{
+		ID: c.GetMemberId(), InstanceID: c.GetInstanceId(), RackID: c.GetRackId(), ClientID: c.GetClientId(), ClientHost: c.GetClientHost(),
+		RebalanceTimeoutMs: c.GetRebalanceTimeoutMs(), Topics: sortedUnique(c.GetSubscribedTopics()), Assignor: assignor,
+	}
+	grow := int64(memberOverhead+len(m.ID)+len(m.InstanceID)+len(m.RackID)+len(m.ClientID)+len(m.ClientHost)) + s.calibration(1, 0)
+	if !exists {
+		grow += groupBytes(c.GetGroupId(), "") + s.calibration(0, 1)
+	}
+	if err := s.overBudget("state-bytes", b.StateBytes, s.estimate(), grow, "the state estimate"); err != nil {
+		return fail(err)
+	}
+	if !exists {
+		g = &ConsumerGroup{ID: c.GetGroupId(), Assignor: AssignorUniform, StateChangedMs: now}
+	}
+	groupAssignor := g.Assignor
+	if assignor != "" {
+		groupAssignor = assignor // the newest member's choice, as Kafka's most-voted rule would pick with one voter
+	}
+	members = insertSorted(members, m)
+	ng := s.rebalanced(now, g, members, groupAssignor)
+	return s.reconcileAndStore(ng, m.ID, nil)
+}
+
+func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
+	if g == nil {
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
+	}
+	old, ok := g.Member(c.GetMemberId())
+	if !ok {
+		return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in consumer group %q", c.GetMemberId(), g.ID))
+	}
+	if e := c.GetMemberEpoch(); e != old.Epoch && e != old.PreviousEpoch {
+		return fail(errcode.Errorf(errcode.FencedMemberEpoch, "member %q of consumer group %q is at epoch %d, the heartbeat says %d", old.ID, g.ID, old.Epoch, e))
+	}
+	if err := checkConsumerStrings(c); err != nil {
+		return fail(err)
+	}
+	m := *old
+	changed := false // the group's inputs: subscription or assignor
+	if c.GetHasTopics() {
+		if topics := sortedUnique(c.GetSubscribedTopics()); !slices.Equal(topics, m.Topics) {
+			m.Topics, changed = topics, true
+		}
+	}
+	if a := c.GetServerAssignor(); a != "" && a != m.Assignor {
+		if !slices.Contains(ConsumerAssignors(), a) {
+			return fail(errcode.Errorf(errcode.UnsupportedAssignor, "server assignor %q: this coordinator runs %s", a, strings.Join(ConsumerAssignors(), ", ")))
+		}
+		m.Assignor, changed = a, true
+	}
+	if t := c.GetRebalanceTimeoutMs(); t > 0 {
+		m.RebalanceTimeoutMs = t
+	}
+	if r := c.GetRackId(); r != "" {
+		m.RackID = r
+	}
+	members := slices.Clone(g.Members)
+	i, _ := slices.BinarySearchFunc(members, m.ID, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
+	members[i] = &m
+	var owned *Assignment
+	if c.GetHasOwned() {
+		a := assignmentFromProto(&fsmv1.Assignment{Topics: c.GetOwned()})
+		owned = &a
+	}
+	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
+	if changed {
+		assignor := g.Assignor
+		if m.Assignor != "" {
+			assignor = m.Assignor
+		}
+		ng = s.rebalanced(now, g, members, assignor)
+	}
+	return s.reconcileAndStore(ng, m.ID, owned)
+}
+
+// checkConsumerStrings bounds the strings a heartbeat may store.
+func checkConsumerStrings(c *fsmv1.ConsumerHeartbeat) *errcode.ProtocolError {
+	for _, f := range []struct{ name, v string }{
+		{"instance_id", c.GetInstanceId()}, {"rack_id", c.GetRackId()}, {"client_id", c.GetClientId()},
+		{"client_host", c.GetClientHost()}, {"server_assignor", c.GetServerAssignor()},
+	} {
+		if len(f.v) > MaxNameLength {
+			return errcode.Errorf(errcode.InvalidArgument, "%s of %d bytes, over the limit of %d", f.name, len(f.v), MaxNameLength)
+		}
+	}
+	for _, t := range c.GetSubscribedTopics() {
+		if err := checkName("subscribed_topics[]", t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rebalanced is g with members and a new group epoch, every member's
+// target computed anew by assignor.
+func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMember, assignor string) *ConsumerGroup {
+	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch + 1, Assignor: assignor, Members: members, StateChangedMs: now}
+	ng.AssignmentEpoch = ng.Epoch
+	in := make([]assign.Member, len(members))
+	topics := map[string]int32{}
+	for i, m := range members {
+		am := assign.Member{ID: m.ID, InstanceID: m.InstanceID, Topics: m.Topics, Generation: assign.NoGeneration}
+		for _, tp := range union(m.Assigned, m.Revoking).Topics {
+			am.Owned = append(am.Owned, assign.TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
+		}
+		if len(am.Owned) > 0 {
+			am.Generation = g.Epoch
+		}
+		in[i] = am
+		for _, t := range m.Topics {
+			if n, ok := s.topics[t]; ok {
+				topics[t] = n
+			}
+		}
+	}
+	var plan assign.Plan
+	if a, err := assign.Lookup(consumerAssignor(assignor)); err == nil {
+		if plan, err = a.Assign(in, topics); err != nil {
+			plan = assign.Plan{} // assign fails only on input the FSM never builds; then nobody gets anything
+		}
+	}
+	for i, m := range members {
+		nm := *m
+		nm.Target = Assignment{}
+		if tps, ok := plan.Assignment(m.ID); ok {
+			for _, tp := range tps {
+				nm.Target.Topics = append(nm.Target.Topics, TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
+			}
+		}
+		members[i] = &nm
+	}
+	return ng
+}
+
+// reconcileAndStore moves member id of g toward its target (owned: what
+// its heartbeat says it holds; nil: not stated), stores the group and
+// answers the member.
+func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment) *ApplyResult {
+	i, _ := slices.BinarySearchFunc(g.Members, id, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
+	var others Assignment
+	for j, o := range g.Members {
+		if j != i {
+			others = union(others, union(o.Assigned, o.Revoking))
+		}
+	}
+	m := *g.Members[i]
+	if m.Revoking.Len() > 0 && owned != nil && intersection(*owned, m.Revoking).Len() == 0 {
+		m.Revoking = Assignment{} // the member confirmed the revocation
+	}
+	if m.Revoking.Len() == 0 && m.Epoch != g.AssignmentEpoch {
+		if give := minus(m.Assigned, m.Target); give.Len() > 0 {
+			m.Revoking, m.Assigned = give, minus(m.Assigned, give)
+		} else {
+			m.PreviousEpoch, m.Epoch = m.Epoch, g.AssignmentEpoch
+		}
+	}
+	if m.Epoch == g.AssignmentEpoch {
+		// Partitions of its target that nobody else holds any more.
+		m.Assigned = union(m.Assigned, minus(m.Target, others))
+	}
+	members := slices.Clone(g.Members)
+	members[i] = &m
+	ng := *g
+	ng.Members = members
+	s.putConsumerGroup(g.ID, &ng)
+	return &ApplyResult{Consumer: &ConsumerResult{MemberID: m.ID, Epoch: m.Epoch, Assigned: m.Assigned, Group: &ng}}
+}
+
+// ---- partition sets ----
+
+func insertSorted(members []*ConsumerMember, m *ConsumerMember) []*ConsumerMember {
+	i, _ := slices.BinarySearchFunc(members, m.ID, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
+	return slices.Insert(members, i, m)
+}
+
+func sortedUnique(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func partitionSet(a Assignment) map[partitionKey]bool {
+	out := map[partitionKey]bool{}
+	for _, tp := range a.Topics {
+		for _, p := range tp.Partitions {
+			out[partitionKey{tp.Topic, p}] = true
+		}
+	}
+	return out
+}
+
+// fromSet is the set as an Assignment: topics and partitions sorted.
+func fromSet(set map[partitionKey]bool) Assignment {
+	keys := slices.SortedFunc(maps.Keys(set), func(a, b partitionKey) int {
+		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	var out Assignment
+	for _, k := range keys {
+		if n := len(out.Topics); n == 0 || out.Topics[n-1].Topic != k.topic {
+			out.Topics = append(out.Topics, TopicPartitions{Topic: k.topic})
+		}
+		last := &out.Topics[len(out.Topics)-1]
+		last.Partitions = append(last.Partitions, k.partition)
+	}
+	return out
+}
+
+func union(a, b Assignment) Assignment {
+	set := partitionSet(a)
+	maps.Copy(set, partitionSet(b))
+	return fromSet(set)
+}
+
+func minus(a, b Assignment) Assignment {
+	set := partitionSet(a)
+	for k := range partitionSet(b) {
+		delete(set, k)
+	}
+	return fromSet(set)
+}
+
+func intersection(a, b Assignment) Assignment {
+	bs := partitionSet(b)
+	set := map[partitionKey]bool{}
+	for k := range partitionSet(a) {
+		if bs[k] {
+			set[k] = true
+		}
+	}
+	return fromSet(set)
+}
+
+func assignmentsEqual(a, b Assignment) bool {
+	return maps.Equal(partitionSet(a), partitionSet(b))
+}
