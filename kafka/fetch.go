@@ -58,6 +58,7 @@ func (s *Server) listOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 		for _, p := range t.Partitions {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition, rp.Timestamp, rp.LeaderEpoch = p.Partition, -1, -1
+			rp.Offset = 0 // kmsg's default is -1, which clients refuse as an offset
 			if p.Partition < 0 || p.Partition >= n {
 				rp.ErrorCode, rp.Offset = kerr.UnknownTopicOrPartition.Code, -1
 			}

@@ -317,3 +317,55 @@ func joinKafka(r *raw, group string) int16 {
 	}
 	return resp.ErrorCode
 }
+
+// TestWire_FetchAndListOffsetsAnswerAnEmptyLog: ListOffsets answers 0 for
+// every partition of a topic, whatever the timestamp (an empty log's start
+// and end); Fetch answers an empty partition at the offset asked for, so a
+// consumer's position is never out of range; both answer an unknown
+// partition UNKNOWN_TOPIC_OR_PARTITION.
+func TestWire_FetchAndListOffsetsAnswerAnEmptyLog(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "orders", 2)
+	r := dial(t, c.KafkaAddr(0))
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.SetVersion(7)
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = "orders"
+	for _, p := range []int32{0, 1, 2} {
+		for _, ts := range []int64{-2, -1} { // earliest, latest
+			lp := kmsg.NewListOffsetsRequestTopicPartition()
+			lp.Partition, lp.Timestamp = p, ts
+			lt.Partitions = append(lt.Partitions, lp)
+		}
+	}
+	lo.Topics = append(lo.Topics, lt)
+	lr := r.do(lo).(*kmsg.ListOffsetsResponse)
+	for _, p := range lr.Topics[0].Partitions {
+		want, code := int64(0), int16(0)
+		if p.Partition == 2 {
+			want, code = -1, kerr.UnknownTopicOrPartition.Code
+		}
+		if p.Offset != want || p.ErrorCode != code {
+			t.Fatalf("ListOffsets orders/%d: offset %d error %d, want %d error %d", p.Partition, p.Offset, p.ErrorCode, want, code)
+		}
+	}
+	f := kmsg.NewPtrFetchRequest()
+	f.SetVersion(12)
+	f.MaxWaitMillis = 10
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "orders"
+	for _, p := range []int32{1, 5} {
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.Partition, fp.FetchOffset = p, 42
+		ft.Partitions = append(ft.Partitions, fp)
+	}
+	f.Topics = append(f.Topics, ft)
+	fr := r.do(f).(*kmsg.FetchResponse)
+	got := fr.Topics[0].Partitions
+	if got[0].ErrorCode != 0 || got[0].HighWatermark != 42 || got[0].LastStableOffset != 42 || len(got[0].RecordBatches) != 0 {
+		t.Fatalf("Fetch orders/1 at 42: %+v, want empty at high watermark 42", got[0])
+	}
+	if got[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("Fetch orders/5: error %d, want UNKNOWN_TOPIC_OR_PARTITION", got[1].ErrorCode)
+	}
+}
