@@ -112,6 +112,13 @@ type Config struct {
 	// proposes its own when it takes office, and every replica enforces
 	// the state's.
 	Budgets fsm.Budgets
+	// ConsumerSessionTimeout is how long a consumer group member (Kafka's
+	// KIP-848 protocol) may go without a heartbeat before it is removed,
+	// and ConsumerHeartbeatInterval the interval its answers ask it to
+	// heartbeat at (Kafka's group.consumer.session.timeout.ms and
+	// group.consumer.heartbeat.interval.ms; default 45 s and 5 s).
+	ConsumerSessionTimeout    time.Duration
+	ConsumerHeartbeatInterval time.Duration
 	// MaxPendingMembers bounds the member IDs handed out by
 	// MEMBER_ID_REQUIRED and not yet used to join, over all groups (default
 	// 100,000; each costs about 200 bytes of the leader's memory until the
@@ -138,6 +145,8 @@ func DefaultConfig() Config {
 		Limits:                        DefaultLimits(),
 		Pages:                         DefaultPages(),
 		Budgets:                       fsm.DefaultBudgets(),
+		ConsumerSessionTimeout:        45 * time.Second,
+		ConsumerHeartbeatInterval:     5 * time.Second,
 		MaxPendingMembers:             100_000,
 		Logger:                        slog.Default(),
 		Now:                           time.Now,
@@ -161,6 +170,8 @@ func (c Config) Validate() error {
 		return errors.New("coordinator: Logger is nil (start from DefaultConfig)")
 	case c.Now == nil:
 		return errors.New("coordinator: Now is nil (start from DefaultConfig)")
+	case c.ConsumerHeartbeatInterval <= 0 || c.ConsumerSessionTimeout <= c.ConsumerHeartbeatInterval:
+		return fmt.Errorf("coordinator: consumer group heartbeat interval %v must be positive and below the session timeout %v", c.ConsumerHeartbeatInterval, c.ConsumerSessionTimeout)
 	case c.MaxPendingMembers <= 0:
 		return fmt.Errorf("coordinator: MaxPendingMembers %d must be positive", c.MaxPendingMembers)
 	}

@@ -143,8 +143,12 @@ func (e *Engine) tick(ctx context.Context, epoch uint64) {
 	expired := e.expiredSessionsLocked(now)
 	completions := e.dueCompletionsLocked(now)
 	unsynced := e.dueSyncsLocked(now)
+	consumers := e.dueConsumersLocked(now)
 	e.mu.Unlock()
 
+	for _, k := range consumers {
+		go e.expireConsumer(ctx, k)
+	}
 	for _, x := range expired {
 		go e.expire(ctx, x.group, x.members)
 	}

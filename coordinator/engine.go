@@ -82,6 +82,8 @@ type Engine struct {
 	// watches are the members watching their group (watch.go).
 	watches  map[string][]*watch
 	expiring map[memberKey]bool
+	// consumers are the deadlines of consumer group members (consumer.go).
+	consumers map[memberKey]*consumerDeadline
 
 	reads   readBarrier
 	commits *committer
@@ -121,6 +123,7 @@ func (e *Engine) resetLocked() {
 	e.leaderAnswers = map[string]leaderJoinAnswer{}
 	e.watches = map[string][]*watch{}
 	e.expiring = map[memberKey]bool{}
+	e.consumers = map[memberKey]*consumerDeadline{}
 }
 
 // Run follows the node's leadership until ctx ends or leading is closed:
@@ -189,10 +192,12 @@ func (e *Engine) stepUp(ctx context.Context) {
 		e.resetLocked()
 		now := e.cfg.Now()
 		var groups []*fsm.Group
-		e.fsm.Read(func(s *fsm.State) { groups = s.Groups() })
+		var consumerGroups []*fsm.ConsumerGroup
+		e.fsm.Read(func(s *fsm.State) { groups, consumerGroups = s.Groups(), s.ConsumerGroups() })
 		for _, g := range groups {
 			e.reconcileLocked(g.ID, g, now, true)
 		}
+		e.rebuildConsumersLocked(consumerGroups, now)
 		e.serving, e.term = true, term
 		close(e.ready)
 		e.mu.Unlock()

@@ -489,3 +489,30 @@ func intersection(a, b Assignment) Assignment {
 func assignmentsEqual(a, b Assignment) bool {
 	return maps.Equal(partitionSet(a), partitionSet(b))
 }
+
+// QuietHeartbeat answers a heartbeat that would change nothing without
+// applying it: the member is at its target (epoch, nothing to revoke,
+// nothing withheld) and the heartbeat states no change. false: it must be
+// applied (proposed) to be answered.
+func (g *ConsumerGroup) QuietHeartbeat(c *fsmv1.ConsumerHeartbeat) (*ConsumerResult, bool) {
+	m, ok := g.Member(c.GetMemberId())
+	if !ok || c.GetMemberEpoch() != m.Epoch || !m.reconciled(g.AssignmentEpoch) {
+		return nil, false
+	}
+	if c.GetHasTopics() && !slices.Equal(sortedUnique(c.GetSubscribedTopics()), m.Topics) {
+		return nil, false
+	}
+	if a := c.GetServerAssignor(); a != "" && a != m.Assignor {
+		return nil, false
+	}
+	if c.GetHasOwned() && !assignmentsEqual(assignmentFromProto(&fsmv1.Assignment{Topics: c.GetOwned()}), m.Assigned) {
+		return nil, false
+	}
+	if r := c.GetRackId(); r != "" && r != m.RackID {
+		return nil, false
+	}
+	if t := c.GetRebalanceTimeoutMs(); t > 0 && t != m.RebalanceTimeoutMs {
+		return nil, false
+	}
+	return &ConsumerResult{MemberID: m.ID, Epoch: m.Epoch, Assigned: m.Assigned, Group: g}, true
+}

@@ -12,8 +12,7 @@ type versions struct{ min, max int16 }
 //
 // Left out on purpose: Produce (Cohort keeps no log), SaslHandshake v0
 // (its raw SASL framing; v1 wraps the exchange in SaslAuthenticate), the
-// transaction and ACL APIs, and the KIP-848 APIs until the listener serves them (a client
-// then runs the classic protocol).
+// transaction and ACL APIs.
 var apis = map[int16]versions{
 	kmsg.ApiVersions.Int16():      {0, 4},
 	kmsg.SASLHandshake.Int16():    {1, 1},
@@ -36,6 +35,9 @@ var apis = map[int16]versions{
 	kmsg.CreatePartitions.Int16(): {0, 3},
 	kmsg.Fetch.Int16():            {4, 12},
 	kmsg.ListOffsets.Int16():      {1, 7},
+
+	kmsg.ConsumerGroupHeartbeat.Int16(): {0, 1},
+	kmsg.ConsumerGroupDescribe.Int16():  {0, 0},
 }
 
 // apiKeys is the ApiVersions answer's list, sorted by key.

@@ -26,8 +26,24 @@ func startCluster(t *testing.T) (*testcluster.Cluster, *kadm.Client) {
 	t.Helper()
 	opts := testcluster.Options{Coordinator: testcluster.DefaultCoordinator(), Kafka: true}
 	opts.Coordinator.MaxSessionTimeout = time.Minute
+	opts.Coordinator.ConsumerHeartbeatInterval = 100 * time.Millisecond
+	opts.Coordinator.ConsumerSessionTimeout = 10 * time.Second
 	c := testcluster.Start(t, 3, opts)
+	waitBrokers(t, c)
 	return c, kadm.NewClient(kafkatest.NewClient(t, c.KafkaAddrs()))
+}
+
+// waitBrokers waits until every node names every node as a broker: a
+// node's Kafka address enters the registry once the cluster writes under
+// command rules 5, which is after every node registered once.
+func waitBrokers(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	for i, n := range c.Nodes {
+		testcluster.WaitFor(t, 30*time.Second, "every broker in the registry", func() (bool, string) {
+			got := len(n.Cluster.KafkaBrokers())
+			return got == len(c.Nodes), fmt.Sprintf("node %d names %d brokers", i, got)
+		})
+	}
 }
 
 // createTopic creates a topic through kadm and waits until every node has
@@ -296,4 +312,81 @@ func TestKafka_AdminMatchesTheGRPCFront(t *testing.T) {
 	if g := described.GetGroups()[1]; g.GetProtocolType() != "kafka.consumer" || len(g.GetMembers()) != 1 || g.GetMembers()[0].GetClientId() != "live-0" {
 		t.Fatalf("gRPC describes the Kafka group as %+v", g)
 	}
+}
+
+// TestKafka_ConsumerGroupProtocol: kgo members of a KIP-848 consumer group
+// (kgo.ServerSideBalancer: the coordinator assigns, with "uniform" for
+// kgo's sticky balancer and "range" for its range balancer) reach a
+// complete, disjoint assignment with no join barrier; members leave and
+// join; commits are fenced by the member epoch and survive the Raft
+// leader's kill, after which the members carry on at epochs that did not
+// go back.
+func TestKafka_ConsumerGroupProtocol(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "orders", 12)
+	createTopic(t, c, adm, "payments", 4)
+	partitions := map[string]int32{"orders": 12, "payments": 4}
+	topics := []string{"orders", "payments"}
+	for name, balancer := range map[string]func() kgo.GroupBalancer{"uniform": kgo.StickyBalancer, "range": kgo.RangeBalancer} {
+		t.Run(name, func(t *testing.T) {
+			group := "next-" + name
+			joinNext := func(i int) *kafkatest.Member {
+				return join(t, c, fmt.Sprintf("%s-%d", name, i), group, balancer(), topics, kgo.ServerSideBalancer())
+			}
+			var members []*kafkatest.Member
+			for i := range 4 {
+				members = append(members, joinNext(i))
+			}
+			kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+			described, err := adm.DescribeConsumerGroups(context.Background(), group)
+			if err != nil || described[group].AssignorName != name {
+				t.Fatalf("the group's assignor: %v %q, want %q", err, described[group].AssignorName, name)
+			}
+
+			members[1].Stop()
+			members = slices.Delete(members, 1, 2)
+			members = append(members, joinNext(4))
+			kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+
+			acked := kafkatest.Offsets{}
+			for _, m := range members {
+				kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 300), acked)
+			}
+			if got := kafkatest.FetchOffsets(t, adm, group); !maps.Equal(got, acked) {
+				t.Fatalf("kadm fetched %v, the members committed %v", got, acked)
+			}
+		})
+	}
+
+	// The leader's kill: a consumer group carries on.
+	group := "next-failover"
+	var members []*kafkatest.Member
+	for i := range 3 {
+		members = append(members, join(t, c, fmt.Sprintf("f-%d", i), group, kgo.StickyBalancer(), topics, kgo.ServerSideBalancer()))
+	}
+	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+	acked := kafkatest.Offsets{}
+	epochs := map[string]int32{}
+	for _, m := range members {
+		kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 500), acked)
+		_, epochs[m.Name] = m.Client.GroupMetadata()
+	}
+	leader := c.Leader()
+	c.Kill(leader)
+	c.WaitServing()
+	adm = kadm.NewClient(kafkatest.NewClient(t, c.KafkaAddrs()))
+	if got := kafkatest.FetchOffsets(t, adm, group); !maps.Equal(got, acked) {
+		t.Fatalf("after the leader's kill kadm fetched %v, the members had committed %v", got, acked)
+	}
+	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+	for _, m := range members {
+		if _, e := m.Client.GroupMetadata(); e < epochs[m.Name] {
+			t.Fatalf("%s is at epoch %d after the failover, %d before", m.Name, e, epochs[m.Name])
+		}
+		kafkatest.Commit(t, m, kafkatest.OwnOffsets(m, 900), acked)
+	}
+	if got := kafkatest.FetchOffsets(t, adm, group); !maps.Equal(got, acked) {
+		t.Fatalf("kadm fetched %v, the members committed %v", got, acked)
+	}
+	c.Restart(leader)
 }

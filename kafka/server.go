@@ -412,6 +412,10 @@ func (s *Server) serve(c *conn, h header, req kmsg.Request) kmsg.Response {
 		return cl.syncGroup(ctx, r)
 	case *kmsg.HeartbeatRequest:
 		return cl.heartbeat(ctx, r)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return cl.consumerGroupHeartbeat(ctx, r)
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return cl.consumerGroupDescribe(ctx, r)
 	case *kmsg.LeaveGroupRequest:
 		return cl.leaveGroup(ctx, r)
 	case *kmsg.OffsetCommitRequest:

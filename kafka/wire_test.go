@@ -4,17 +4,20 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 	"github.com/cohortlabs/cohort/internal/kafkatest"
 	"github.com/cohortlabs/cohort/internal/testcluster"
@@ -368,4 +371,70 @@ func TestWire_FetchAndListOffsetsAnswerAnEmptyLog(t *testing.T) {
 	if got[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Fatalf("Fetch orders/5: error %d, want UNKNOWN_TOPIC_OR_PARTITION", got[1].ErrorCode)
 	}
+}
+
+// cgh sends a ConsumerGroupHeartbeat v1.
+func cgh(r *raw, group, member string, epoch int32, topics []string, owned []kmsg.ConsumerGroupHeartbeatRequestTopic, rebalanceMs int32) *kmsg.ConsumerGroupHeartbeatResponse {
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.SetVersion(1)
+	req.Group, req.MemberID, req.MemberEpoch, req.RebalanceTimeoutMillis = group, member, epoch, rebalanceMs
+	req.SubscribedTopicNames, req.Topics = topics, owned
+	return r.do(req).(*kmsg.ConsumerGroupHeartbeatResponse)
+}
+
+func held(resp *kmsg.ConsumerGroupHeartbeatResponse) int {
+	n := 0
+	if resp.Assignment != nil {
+		for _, t := range resp.Assignment.Topics {
+			n += len(t.Partitions)
+		}
+	}
+	return n
+}
+
+// TestWire_ConsumerGroupDeadlines: the leader removes a consumer group
+// member that stops heartbeating (session timeout), and one that does not
+// confirm a revocation within its rebalance timeout, so that its
+// partitions reach the member whose target they are.
+func TestWire_ConsumerGroupDeadlines(t *testing.T) {
+	opts := testcluster.Options{Coordinator: testcluster.DefaultCoordinator(), Kafka: true}
+	opts.Coordinator.ConsumerHeartbeatInterval = 100 * time.Millisecond
+	opts.Coordinator.ConsumerSessionTimeout = time.Second
+	c := testcluster.Start(t, 3, opts)
+	waitBrokers(t, c)
+	adm := kadm.NewClient(kafkatest.NewClient(t, c.KafkaAddrs()))
+	createTopic(t, c, adm, "orders", 4)
+	r := dial(t, c.KafkaAddr(c.Leader()))
+
+	// a joins and holds everything; b joins: a must give up half.
+	a := cgh(r, "deadlines", "member-a", 0, []string{"orders"}, nil, 400)
+	if a.ErrorCode != 0 || held(a) != 4 {
+		t.Fatalf("a's join: error %d, %d partitions", a.ErrorCode, held(a))
+	}
+	b := cgh(r, "deadlines", "member-b", 0, []string{"orders"}, nil, 60_000)
+	a = cgh(r, "deadlines", "member-a", a.MemberEpoch, nil, nil, -1)
+	if a.ErrorCode != 0 || held(a) != 2 {
+		t.Fatalf("a after b's join: error %d, %d partitions, want 2 kept (revoking 2)", a.ErrorCode, held(a))
+	}
+	// a keeps heartbeating (its session stays alive) but never confirms;
+	// b gets everything once a's rebalance timeout (400 ms) removed it.
+	epochA := a.MemberEpoch
+	testcluster.WaitFor(t, 10*time.Second, "b to hold every partition", func() (bool, string) {
+		a = cgh(r, "deadlines", "member-a", epochA, nil, nil, -1)
+		b = cgh(r, "deadlines", "member-b", b.MemberEpoch, nil, nil, -1)
+		return b.ErrorCode == 0 && held(b) == 4, fmt.Sprintf("error %d, %d partitions", b.ErrorCode, held(b))
+	})
+	if a = cgh(r, "deadlines", "member-a", epochA, nil, nil, -1); a.ErrorCode != kerr.UnknownMemberID.Code {
+		t.Fatalf("a, heartbeating without confirming its revocation: error %d, want UNKNOWN_MEMBER_ID (removed)", a.ErrorCode)
+	}
+	// b stops heartbeating: gone after the session timeout (1 s).
+	testcluster.WaitFor(t, 10*time.Second, "b's session to expire", func() (bool, string) {
+		var state string
+		c.Nodes[c.Leader()].FSM.Read(func(s *fsm.State) {
+			if g, ok := s.ConsumerGroup("deadlines"); ok {
+				state = g.State()
+			}
+		})
+		return state == fsm.ConsumerEmpty, "state " + state
+	})
 }

@@ -272,3 +272,54 @@ func CreateTopic(t testing.TB, adm *kadm.Client, topic string, partitions int32)
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
 }
+
+// WaitConsumerBalanced is WaitBalanced for a consumer group (KIP-848):
+// the members hold every partition once between them, and
+// ConsumerGroupDescribe says the group is Stable with exactly these
+// members, each assigned what it holds at the group's assignment epoch.
+func WaitConsumerBalanced(t testing.TB, adm *kadm.Client, group string, members []*Member, partitions map[string]int32) {
+	t.Helper()
+	want := 0
+	for _, n := range partitions {
+		want += int(n)
+	}
+	proc.WaitFor(t, 60*time.Second, "a complete, disjoint consumer group assignment", func() (bool, string) {
+		owner := map[string]string{}
+		for _, m := range members {
+			for _, tp := range m.Holding() {
+				if prev, ok := owner[tp]; ok {
+					return false, fmt.Sprintf("%s held by %s and %s", tp, prev, m.Name)
+				}
+				owner[tp] = m.Name
+			}
+		}
+		if len(owner) != want {
+			return false, fmt.Sprintf("%d of %d partitions held", len(owner), want)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		described, err := adm.DescribeConsumerGroups(ctx, group)
+		if err != nil {
+			return false, fmt.Sprintf("describe: %v", err)
+		}
+		d := described[group]
+		if d.Err != nil || d.State != "Stable" || len(d.Members) != len(members) {
+			return false, fmt.Sprintf("consumer group %s: %v, %d members, want Stable with %d", d.State, d.Err, len(d.Members), len(members))
+		}
+		assigned := map[string]string{}
+		for _, dm := range d.Members {
+			if dm.MemberEpoch != d.AssignmentEpoch {
+				return false, fmt.Sprintf("member %s at epoch %d, the group's assignment epoch is %d", dm.ClientID, dm.MemberEpoch, d.AssignmentEpoch)
+			}
+			for topic, ps := range dm.Assignment {
+				for p := range ps {
+					assigned[fmt.Sprintf("%s/%d", topic, p)] = dm.ClientID
+				}
+			}
+		}
+		if !maps.Equal(assigned, owner) {
+			return false, fmt.Sprintf("the coordinator's assignment %v differs from the members' %v", assigned, owner)
+		}
+		return true, ""
+	})
+}
