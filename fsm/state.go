@@ -302,12 +302,12 @@ type Node struct {
 
 // State is the whole replicated state. It is changed only through apply.
 type State struct {
-	topics  map[string]int32
-	groups  map[string]*Group
+	topics map[string]int32
+	groups map[string]*Group
 	// consumerGroups are the KIP-848 groups (consumer.go), frozen values.
 	consumerGroups map[string]*ConsumerGroup
-	offsets *offsets.Table
-	nodes   map[string]Node
+	offsets        *offsets.Table
+	nodes          map[string]Node
 	// epoch is bumped after every apply and every clone: a group whose epoch
 	// differs is frozen and is copied before it is changed.
 	epoch   uint64
@@ -345,11 +345,11 @@ func (s *State) clone() *State {
 		topics:         maps.Clone(s.topics),
 		groups:         maps.Clone(s.groups),
 		consumerGroups: maps.Clone(s.consumerGroups),
-		offsets: s.offsets.Clone(),
-		nodes:   maps.Clone(s.nodes),
-		epoch:   s.epoch + 1<<63,
-		members: s.members,
-		budgets: s.budgets,
+		offsets:        s.offsets.Clone(),
+		nodes:          maps.Clone(s.nodes),
+		epoch:          s.epoch + 1<<63,
+		members:        s.members,
+		budgets:        s.budgets,
 		// The rules being applied are per command; those seen go with
 		// the state.
 		rulesSeen: s.rulesSeen,
