@@ -21,6 +21,11 @@
 // offered (ApiVersions does not list it), so a consumer runs its group
 // lifecycle and commits whatever offsets its application decides.
 //
+// Kafka's newer group protocol (KIP-848: ConsumerGroupHeartbeat,
+// ConsumerGroupDescribe) is served too: the FSM's consumer groups
+// (fsm/consumer.go) reconcile members toward a server-side assignment;
+// consumer.go here is its wire form.
+//
 // A group joined through this listener has the protocol type Kafka's
 // client sent with a "kafka." prefix inside Cohort (kafka.consumer), so a
 // gRPC member and a Kafka member can never share a group: the second kind

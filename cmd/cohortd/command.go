@@ -38,6 +38,7 @@ type options struct {
 	kafkaAddr, kafkaAdvertise            string // kafkaAddr "": no Kafka listener
 	shutdownTimeout                      time.Duration
 	initialDelay, minSession, maxSession time.Duration
+	consumerSession, consumerHeartbeat   time.Duration
 	offsetsRetention, retentionCheck     time.Duration
 	budgets                              fsm.Budgets
 	maxPending                           int
@@ -126,6 +127,8 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&o.initialDelay, "initial-rebalance-delay", cd.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms; 0 turns it off)")
 	f.DurationVar(&o.minSession, "min-session-timeout", cd.MinSessionTimeout, "smallest session timeout a member may ask for")
 	f.DurationVar(&o.maxSession, "max-session-timeout", cd.MaxSessionTimeout, "largest session timeout a member may ask for")
+	f.DurationVar(&o.consumerSession, "consumer-session-timeout", cd.ConsumerSessionTimeout, "how long a member of a Kafka consumer group (KIP-848) may go without a heartbeat before it is removed")
+	f.DurationVar(&o.consumerHeartbeat, "consumer-heartbeat-interval", cd.ConsumerHeartbeatInterval, "the heartbeat interval members of Kafka consumer groups (KIP-848) are told to keep")
 	o.pages = cd.Pages
 	f.IntVar(&o.pages.DefaultSize, "read-page-size", o.pages.DefaultSize, "items in one page of OffsetFetch, DescribeGroups, ListGroups and ListTopics when the request names no page size")
 	f.IntVar(&o.pages.MaxSize, "read-max-page-size", o.pages.MaxSize, "largest page size a paged read may ask for (larger requests are lowered to it)")
@@ -384,6 +387,7 @@ func (o options) coordinatorConfig(log *slog.Logger) coordinator.Config {
 	c := coordinator.DefaultConfig()
 	c.InitialRebalanceDelay = o.initialDelay
 	c.MinSessionTimeout, c.MaxSessionTimeout = o.minSession, o.maxSession
+	c.ConsumerSessionTimeout, c.ConsumerHeartbeatInterval = o.consumerSession, o.consumerHeartbeat
 	c.OffsetsRetention, c.OffsetsRetentionCheckInterval = o.offsetsRetention, o.retentionCheck
 	c.Budgets = o.budgets
 	c.MaxPendingMembers = o.maxPending
