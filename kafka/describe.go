@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -100,10 +101,24 @@ func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.R
 			resp.Groups = append(resp.Groups, lg)
 		}
 		if out.GetNextPageToken() == "" {
-			return resp
+			break
 		}
 		req.PageToken = out.GetNextPageToken()
 	}
+	consumers, err := c.s.cfg.Engine.ConsumerGroups(ctx, nil)
+	if err != nil {
+		return kmsg.NewPtrListGroupsResponse() // leadership moved since: as a follower lists
+	}
+	for _, g := range consumers {
+		state := consumerState(g)
+		if len(r.StatesFilter) > 0 && !slices.Contains(r.StatesFilter, state) {
+			continue
+		}
+		lg := kmsg.NewListGroupsResponseGroup()
+		lg.Group, lg.GroupState, lg.GroupType, lg.ProtocolType = g.ID, state, "consumer", "consumer"
+		resp.Groups = append(resp.Groups, lg)
+	}
+	return resp
 }
 
 func (c *call) deleteGroups(ctx context.Context, r *kmsg.DeleteGroupsRequest) kmsg.Response {

@@ -358,6 +358,16 @@ func TestKafka_ConsumerGroupProtocol(t *testing.T) {
 		})
 	}
 
+	listed, err := adm.ListGroups(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"next-uniform", "next-range"} { // their members left with the subtests
+		if l, ok := listed[g]; !ok || l.State != "Empty" {
+			t.Fatalf("ListGroups: %s is %+v (listed: %v), want Empty", g, l, listed.Groups())
+		}
+	}
+
 	// The leader's kill: a consumer group carries on.
 	group := "next-failover"
 	var members []*kafkatest.Member
