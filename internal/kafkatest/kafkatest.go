@@ -212,21 +212,33 @@ func Commit(t testing.TB, m *Member, offs Offsets, acked Offsets) {
 		}
 		req[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	var failed []string
-	m.Client.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			failed = append(failed, err.Error())
-			return
-		}
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				if rp.ErrorCode != 0 {
-					failed = append(failed, fmt.Sprintf("%s/%d: error %d", rt.Topic, rp.Partition, rp.ErrorCode))
+	// A commit that got no answer (kgo's own error, not a Kafka error
+	// code) is sent again, as an application would: right after a leader
+	// change franz-go may still dial the old coordinator once before it
+	// looks the new one up. An answer with an error code fails at once.
+	proc.WaitFor(t, 30*time.Second, "a commit answered", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var sendErr error
+		failed = nil
+		m.Client.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				sendErr = err
+				return
+			}
+			for _, rt := range resp.Topics {
+				for _, rp := range rt.Partitions {
+					if rp.ErrorCode != 0 {
+						failed = append(failed, fmt.Sprintf("%s/%d: error %d", rt.Topic, rp.Partition, rp.ErrorCode))
+					}
 				}
 			}
+		})
+		if sendErr != nil {
+			return false, sendErr.Error()
 		}
+		return true, ""
 	})
 	if len(failed) > 0 {
 		t.Fatalf("commit as %s: %s", m.Name, strings.Join(failed, "; "))
