@@ -292,6 +292,11 @@ func (e *Engine) DescribeGroups(ctx context.Context, r *cohortv1.DescribeGroupsR
 func describeGroup(f *fsm.FSM, id string) *cohortv1.GroupDescription {
 	g, ok := f.Group(id)
 	if !ok {
+		var cg *fsm.ConsumerGroup
+		f.Read(func(s *fsm.State) { cg, _ = s.ConsumerGroup(id) })
+		if cg != nil {
+			return describeConsumerGroup(cg)
+		}
 		return &cohortv1.GroupDescription{GroupId: id, State: fsm.Dead.String()}
 	}
 	d := &cohortv1.GroupDescription{
@@ -307,12 +312,50 @@ func describeGroup(f *fsm.FSM, id string) *cohortv1.GroupDescription {
 	return d
 }
 
+// describeConsumerGroup describes a consumer group (Kafka's KIP-848) in
+// the classic groups' terms: protocol type ConsumerGroupType, the assignor
+// as protocol, the group epoch as generation, and each member's current
+// assignment.
+func describeConsumerGroup(g *fsm.ConsumerGroup) *cohortv1.GroupDescription {
+	d := &cohortv1.GroupDescription{
+		GroupId: g.ID, State: g.State(), ProtocolType: fsm.ConsumerGroupType, Protocol: g.Assignor, Generation: g.Epoch,
+	}
+	for _, m := range g.Members {
+		d.Members = append(d.Members, &cohortv1.GroupMemberDescription{
+			MemberId: m.ID, InstanceId: m.InstanceID, ClientId: m.ClientID, ClientHost: m.ClientHost,
+			Topics: m.Topics, Assignment: assignmentToAPI(m.Assigned),
+		})
+	}
+	return d
+}
+
+// listedGroups are every group, classic and consumer (KIP-848), in ID
+// order, as ListGroups answers them.
+func listedGroups(s *fsm.State) []*cohortv1.ListedGroup {
+	groups, consumers := s.Groups(), s.ConsumerGroups()
+	out := make([]*cohortv1.ListedGroup, 0, len(groups)+len(consumers))
+	for _, g := range groups {
+		out = append(out, &cohortv1.ListedGroup{
+			GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType,
+			Generation: g.Generation, Members: int32(len(g.Members)), Protocol: g.Protocol,
+		})
+	}
+	for _, g := range consumers {
+		out = append(out, &cohortv1.ListedGroup{
+			GroupId: g.ID, State: g.State(), ProtocolType: fsm.ConsumerGroupType,
+			Generation: g.Epoch, Members: int32(len(g.Members)), Protocol: g.Assignor,
+		})
+	}
+	slices.SortFunc(out, func(a, b *cohortv1.ListedGroup) int { return strings.Compare(a.GetGroupId(), b.GetGroupId()) })
+	return out
+}
+
 // ListGroups lists groups, optionally only those in the given states, a
 // page at a time in group ID order.
 func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) (*cohortv1.ListGroupsResponse, error) {
 	for _, st := range r.GetStates() {
-		if !slices.Contains([]string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable"}, st) {
-			return nil, invalid("states has %q; the states are Empty, PreparingRebalance, CompletingRebalance and Stable", st)
+		if !slices.Contains([]string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", fsm.ConsumerReconciling}, st) {
+			return nil, invalid("states has %q; the states are Empty, PreparingRebalance, CompletingRebalance, Stable and (consumer groups) Reconciling", st)
 		}
 	}
 	pg, err := e.cfg.Pages.newPage(r.GetPageSize())
@@ -328,26 +371,22 @@ func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) 
 	}
 	resp := &cohortv1.ListGroupsResponse{}
 	e.fsm.Read(func(s *fsm.State) {
-		groups := s.Groups()
+		groups := listedGroups(s)
 		if resume {
-			groups = groups[after(groups, from, func(g *fsm.Group, id string) int { return strings.Compare(g.ID, id) }):]
+			groups = groups[after(groups, from, func(g *cohortv1.ListedGroup, id string) int { return strings.Compare(g.GetGroupId(), id) }):]
 		}
 		last := ""
-		for _, g := range groups {
-			if len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), g.State.String()) {
+		for _, out := range groups {
+			if len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), out.GetState()) {
 				continue
 			}
 			if pg.full() {
 				resp.NextPageToken = nameToken(tokenGroups, last)
 				return
 			}
-			out := &cohortv1.ListedGroup{
-				GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType,
-				Generation: g.Generation, Members: int32(len(g.Members)), Protocol: g.Protocol,
-			}
 			resp.Groups = append(resp.Groups, out)
 			pg.add(out)
-			last = g.ID
+			last = out.GetGroupId()
 		}
 	})
 	return resp, nil

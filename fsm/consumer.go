@@ -39,6 +39,11 @@ import (
 // Groups and members are frozen once stored: every change builds a new
 // group value, so snapshots share them safely.
 
+// ConsumerGroupType is how the gRPC API's ListGroups and DescribeGroups
+// name a consumer group's protocol type: it is no classic protocol type,
+// so no classic member can join one.
+const ConsumerGroupType = "kafka.kip848"
+
 // Server-side assignors of consumer groups, by Kafka's names.
 const (
 	AssignorUniform = "uniform"

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortlabs/cohort/errcode"
+	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -33,6 +34,12 @@ func (c *call) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsRequest
 			return fail(kafkaCode(err), err)
 		}
 		for _, d := range out.GetGroups() {
+			if d.GetProtocolType() == fsm.ConsumerGroupType {
+				g := kmsg.NewDescribeGroupsResponseGroup()
+				g.Group, g.ErrorCode, g.ErrorMessage = d.GetGroupId(), kerr.GroupIDNotFound.Code, ptr("group "+d.GetGroupId()+" is a consumer group (KIP-848): ConsumerGroupDescribe describes it")
+				resp.Groups = append(resp.Groups, g)
+				continue
+			}
 			resp.Groups = append(resp.Groups, describedGroup(d, reveal))
 		}
 		if out.GetNextPageToken() == "" {
@@ -93,6 +100,9 @@ func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.R
 			return resp
 		}
 		for _, l := range out.GetGroups() {
+			if l.GetProtocolType() == fsm.ConsumerGroupType {
+				continue // listed below, as Kafka lists consumer groups
+			}
 			lg := kmsg.NewListGroupsResponseGroup()
 			lg.Group, lg.GroupState, lg.GroupType = l.GetGroupId(), l.GetState(), "classic"
 			if l.GetProtocolType() != "" {

@@ -375,6 +375,30 @@ func TestKafka_ConsumerGroupProtocol(t *testing.T) {
 		members = append(members, join(t, c, fmt.Sprintf("f-%d", i), group, kgo.StickyBalancer(), topics, kgo.ServerSideBalancer()))
 	}
 	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+	// The gRPC API (what cohortctl shows) lists and describes it too.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	grpcListed, err := c.Groups(c.Leader()).ListGroups(ctx, &cohortv1.ListGroupsRequest{States: []string{"Stable"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs := grpcListed.GetGroups(); len(gs) != 1 || gs[0].GetGroupId() != group || gs[0].GetProtocolType() != fsm.ConsumerGroupType || gs[0].GetMembers() != 3 || gs[0].GetProtocol() != "uniform" {
+		t.Fatalf("gRPC ListGroups of Stable groups: %v, want %s (%s, uniform) with 3 members", gs, group, fsm.ConsumerGroupType)
+	}
+	grpcDescribed, err := c.Groups(c.Leader()).DescribeGroups(ctx, &cohortv1.DescribeGroupsRequest{GroupIds: []string{group}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, m := range grpcDescribed.GetGroups()[0].GetMembers() {
+		for _, tp := range m.GetAssignment().GetTopics() {
+			total += len(tp.GetPartitions())
+		}
+	}
+	if d := grpcDescribed.GetGroups()[0]; d.GetState() != "Stable" || len(d.GetMembers()) != 3 || total != 16 {
+		t.Fatalf("gRPC DescribeGroups: %s with %d members holding %d partitions, want Stable, 3 holding 16", d.GetState(), len(d.GetMembers()), total)
+	}
+
 	acked := kafkatest.Offsets{}
 	epochs := map[string]int32{}
 	for _, m := range members {
