@@ -500,17 +500,13 @@ func (e *Engine) DeleteOffsets(ctx context.Context, r *cohortv1.DeleteOffsetsReq
 	if err := e.cfg.Limits.checkGroupID(r.GetGroupId()); err != nil {
 		return nil, err
 	}
+	asked, err := e.cfg.Limits.partitionsAsked(r.GetPartitions())
+	if err != nil {
+		return nil, err
+	}
 	cmd := &fsmv1.DeleteOffsets{GroupId: r.GetGroupId()}
-	for _, tp := range r.GetPartitions() {
-		if err := e.cfg.Limits.checkTopic("partitions[].topic", tp.GetTopic()); err != nil {
-			return nil, err
-		}
-		for _, p := range tp.GetPartitions() {
-			if p < 0 {
-				return nil, invalid("partition %d of topic %q is negative", p, tp.GetTopic())
-			}
-			cmd.Partitions = append(cmd.Partitions, &fsmv1.PartitionKey{Topic: tp.GetTopic(), Partition: p})
-		}
+	for _, k := range asked {
+		cmd.Partitions = append(cmd.Partitions, &fsmv1.PartitionKey{Topic: k.topic, Partition: k.partition})
 	}
 	if len(cmd.Partitions) == 0 {
 		return nil, invalid("partitions names no partition")

@@ -160,21 +160,9 @@ func (e *Engine) OffsetFetch(ctx context.Context, r *cohortv1.OffsetFetchRequest
 	if err := e.cfg.Limits.checkGroupID(r.GetGroupId()); err != nil {
 		return nil, err
 	}
-	var asked []offsetKey
-	seen := map[offsetKey]bool{}
-	for _, tp := range r.GetPartitions() {
-		if err := e.cfg.Limits.checkTopic("partitions[].topic", tp.GetTopic()); err != nil {
-			return nil, err
-		}
-		for _, p := range tp.GetPartitions() {
-			if p < 0 {
-				return nil, invalid("partition %d of topic %q is negative", p, tp.GetTopic())
-			}
-			if k := (offsetKey{tp.GetTopic(), p}); !seen[k] {
-				seen[k] = true
-				asked = append(asked, k)
-			}
-		}
+	asked, err := e.cfg.Limits.partitionsAsked(r.GetPartitions())
+	if err != nil {
+		return nil, err
 	}
 	pg, err := e.cfg.Pages.newPage(r.GetPageSize())
 	if err != nil {

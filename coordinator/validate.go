@@ -174,3 +174,25 @@ func (l Limits) validateTopic(name string, partitions int32, needPartitions bool
 	}
 	return nil
 }
+
+// partitionsAsked are the partitions a request names, each once, in the
+// order first named; a bad topic name or a negative partition is refused.
+func (l Limits) partitionsAsked(tps []*cohortv1.TopicPartitions) ([]offsetKey, error) {
+	var asked []offsetKey
+	seen := map[offsetKey]bool{}
+	for _, tp := range tps {
+		if err := l.checkTopic("partitions[].topic", tp.GetTopic()); err != nil {
+			return nil, err
+		}
+		for _, p := range tp.GetPartitions() {
+			if p < 0 {
+				return nil, invalid("partition %d of topic %q is negative", p, tp.GetTopic())
+			}
+			if k := (offsetKey{tp.GetTopic(), p}); !seen[k] {
+				seen[k] = true
+				asked = append(asked, k)
+			}
+		}
+	}
+	return asked, nil
+}

@@ -125,29 +125,10 @@ func (m *Member) Stop() {
 // Stable with exactly these members holding exactly that.
 func WaitBalanced(t testing.TB, adm *kadm.Client, group string, members []*Member, partitions map[string]int32) {
 	t.Helper()
-	want := 0
-	for _, n := range partitions {
-		want += int(n)
-	}
 	proc.WaitFor(t, 60*time.Second, "a complete, disjoint assignment", func() (bool, string) {
-		owner := map[string]string{}
-		for _, m := range members {
-			for _, tp := range m.Holding() {
-				if prev, ok := owner[tp]; ok {
-					return false, fmt.Sprintf("%s held by %s and %s", tp, prev, m.Name)
-				}
-				owner[tp] = m.Name
-			}
-		}
-		if len(owner) != want {
-			return false, fmt.Sprintf("%d of %d partitions held", len(owner), want)
-		}
-		for topic, n := range partitions {
-			for p := range n {
-				if _, ok := owner[fmt.Sprintf("%s/%d", topic, p)]; !ok {
-					return false, fmt.Sprintf("%s/%d held by nobody", topic, p)
-				}
-			}
+		owner, problem := owners(members, partitions)
+		if problem != "" {
+			return false, problem
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -176,6 +157,34 @@ func WaitBalanced(t testing.TB, adm *kadm.Client, group string, members []*Membe
 		}
 		return true, ""
 	})
+}
+
+// owners maps each partition the members hold ("topic/partition") to its
+// holder; problem says why that is not every partition of partitions,
+// each held once ("" when it is).
+func owners(members []*Member, partitions map[string]int32) (owner map[string]string, problem string) {
+	owner = map[string]string{}
+	for _, m := range members {
+		for _, tp := range m.Holding() {
+			if prev, ok := owner[tp]; ok {
+				return nil, fmt.Sprintf("%s held by %s and %s", tp, prev, m.Name)
+			}
+			owner[tp] = m.Name
+		}
+	}
+	want := 0
+	for topic, n := range partitions {
+		want += int(n)
+		for p := range n {
+			if _, ok := owner[fmt.Sprintf("%s/%d", topic, p)]; !ok {
+				return nil, fmt.Sprintf("%s/%d held by nobody (%d held)", topic, p, len(owner))
+			}
+		}
+	}
+	if len(owner) != want {
+		return nil, fmt.Sprintf("%d partitions held, want %d", len(owner), want)
+	}
+	return owner, ""
 }
 
 // Offsets are committed offsets by "topic/partition".
@@ -291,22 +300,10 @@ func CreateTopic(t testing.TB, adm *kadm.Client, topic string, partitions int32)
 // members, each assigned what it holds at the group's assignment epoch.
 func WaitConsumerBalanced(t testing.TB, adm *kadm.Client, group string, members []*Member, partitions map[string]int32) {
 	t.Helper()
-	want := 0
-	for _, n := range partitions {
-		want += int(n)
-	}
 	proc.WaitFor(t, 60*time.Second, "a complete, disjoint consumer group assignment", func() (bool, string) {
-		owner := map[string]string{}
-		for _, m := range members {
-			for _, tp := range m.Holding() {
-				if prev, ok := owner[tp]; ok {
-					return false, fmt.Sprintf("%s held by %s and %s", tp, prev, m.Name)
-				}
-				owner[tp] = m.Name
-			}
-		}
-		if len(owner) != want {
-			return false, fmt.Sprintf("%d of %d partitions held", len(owner), want)
+		owner, problem := owners(members, partitions)
+		if problem != "" {
+			return false, problem
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
