@@ -34,15 +34,19 @@ type InProcessOptions struct {
 	// with a node/<id> certificate from it (client certificates required,
 	// as cohortd with --tls-*); callers need its admin or client
 	// certificate. Nil: plaintext, no authorization.
-	PKI    *PKI
+	PKI *PKI
+	// Kafka gives every node a Kafka listener (package kafka) on
+	// 127.0.0.1:0; KafkaAddrs names them. False: gRPC only.
+	Kafka  bool
 	Logger *slog.Logger
 }
 
 // InProcess is a cluster of server.Server nodes in this process.
 type InProcess struct {
-	opts  InProcessOptions
-	addrs []string
-	cfgs  []server.Config
+	opts       InProcessOptions
+	addrs      []string
+	kafkaAddrs []string
+	cfgs       []server.Config
 
 	mu    sync.Mutex
 	nodes []*server.Server
@@ -73,6 +77,19 @@ func StartInProcess(ctx context.Context, opts InProcessOptions) (*InProcess, err
 		lis[i] = l
 		c.addrs = append(c.addrs, l.Addr().String())
 	}
+	kafkaLis := make([]net.Listener, opts.Size)
+	if opts.Kafka {
+		for i := range opts.Size {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				c.closeListeners(lis)
+				c.closeListeners(kafkaLis)
+				return nil, fmt.Errorf("listen for node %d's Kafka: %w", i+1, err)
+			}
+			kafkaLis[i] = l
+			c.kafkaAddrs = append(c.kafkaAddrs, l.Addr().String())
+		}
+	}
 	for i := range opts.Size {
 		rc := raftnode.DefaultConfig()
 		rc.NodeID = fmt.Sprintf("node%d", i+1)
@@ -102,8 +119,9 @@ func StartInProcess(ctx context.Context, opts InProcessOptions) (*InProcess, err
 		c.cfgs = append(c.cfgs, server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: rpc.DefaultLimits(), Security: sec, Logger: opts.Logger})
 	}
 	for i := range opts.Size {
-		if err := c.start(i, lis[i]); err != nil {
+		if err := c.start(i, lis[i], kafkaLis[i]); err != nil {
 			c.closeListeners(lis[i+1:])
+			c.closeListeners(kafkaLis[i+1:])
 			_ = c.Close()
 			return nil, err
 		}
@@ -129,12 +147,20 @@ func (c *InProcess) closeListeners(ls []net.Listener) {
 	}
 }
 
-func (c *InProcess) start(i int, lis net.Listener) error {
+// start starts node i on its listeners; kafkaLis is nil without
+// InProcessOptions.Kafka.
+func (c *InProcess) start(i int, lis, kafkaLis net.Listener) error {
 	cfg := c.cfgs[i]
 	cfg.GRPCListener = lis
+	if kafkaLis != nil {
+		cfg.KafkaListener = kafkaLis
+	}
 	s, err := server.Start(cfg)
 	if err != nil {
 		_ = lis.Close()
+		if kafkaLis != nil {
+			_ = kafkaLis.Close()
+		}
 		return fmt.Errorf("start node %d: %w", i+1, err)
 	}
 	c.mu.Lock()
@@ -147,6 +173,10 @@ func (c *InProcess) start(i int, lis net.Listener) error {
 
 // Addrs are the nodes' gRPC addresses.
 func (c *InProcess) Addrs() []string { return append([]string(nil), c.addrs...) }
+
+// KafkaAddrs are the nodes' Kafka addresses, in node order; none without
+// InProcessOptions.Kafka.
+func (c *InProcess) KafkaAddrs() []string { return append([]string(nil), c.kafkaAddrs...) }
 
 // Server is node i's server, or nil if it is down.
 func (c *InProcess) Server(i int) *server.Server {
@@ -208,7 +238,15 @@ func (c *InProcess) Restart(ctx context.Context, i int) error {
 	for {
 		lis, err := net.Listen("tcp", c.addrs[i])
 		if err == nil {
-			return c.start(i, lis)
+			var kafkaLis net.Listener
+			if c.opts.Kafka {
+				if kafkaLis, err = net.Listen("tcp", c.kafkaAddrs[i]); err != nil {
+					_ = lis.Close()
+				}
+			}
+			if err == nil {
+				return c.start(i, lis, kafkaLis)
+			}
 		}
 		select {
 		case <-ctx.Done():

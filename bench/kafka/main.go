@@ -1,0 +1,211 @@
+// Command kafka-bench measures Cohort's Kafka listener beside franz-go's
+// kfake with the same kgo clients, in one process and one run (issue 15):
+// the time a classic consumer group takes to rebalance when one member
+// joins, at several group sizes, and standalone offset commits per second
+// at several concurrencies. It lives in its own module so that kfake never
+// enters the product's go.mod.
+//
+// Cohort runs as an in-process three-node cluster (fsync on, as cohortd
+// runs), kfake as an in-memory, unreplicated cluster. The report has
+// cohort-bench's --json format, so that `cohort-bench plot` draws it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortlabs/cohort/bench/report"
+)
+
+// options are the command line's.
+type options struct {
+	sizes         string
+	rounds        int
+	heartbeat     time.Duration
+	balancer      string
+	partitions    int
+	roundTimeout  time.Duration
+	concurrency   string
+	duration      time.Duration
+	warmup        time.Duration
+	clients       int
+	kfakeBrokers  int
+	skipRebalance bool
+	skipCommits   bool
+	json          bool
+	dir           string
+	timeout       time.Duration
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.sizes, "sizes", "10,100,1000", "comma-separated group sizes (members before the first added one) for the rebalance measurement")
+	fs.IntVar(&o.rounds, "rounds", 3, "rebalances measured per size, each adding one member to the group")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 3*time.Second, "the consumers' heartbeat interval (kgo's default 3s); members learn of a rebalance on their next heartbeat")
+	fs.StringVar(&o.balancer, "balancer", "cooperative-sticky", "the consumers' balancer: cooperative-sticky (kgo's default), sticky, range or roundrobin")
+	fs.IntVar(&o.partitions, "partitions", 0, "partitions of each rebalance topic (0: max(64, size+rounds), so that every member holds at least one)")
+	fs.DurationVar(&o.roundTimeout, "round-timeout", 2*time.Minute, "bound on a group's forming and on each measured rebalance")
+	fs.StringVar(&o.concurrency, "concurrency", "1,16,256", "comma-separated numbers of concurrent committers")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each measured commit phase, per target")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "an unrecorded commit phase per target at the highest concurrency before the first measured one (0: none)")
+	fs.IntVar(&o.clients, "clients", 16, "kgo clients the committers share, committer w using client w%clients")
+	fs.IntVar(&o.kfakeBrokers, "kfake-brokers", 1, "brokers of the kfake cluster")
+	fs.BoolVar(&o.skipRebalance, "skip-rebalance", false, "measure commits only")
+	fs.BoolVar(&o.skipCommits, "skip-commits", false, "measure rebalances only")
+	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document in cohort-bench's --json format instead of text")
+	fs.StringVar(&o.dir, "dir", "", "directory under which Cohort's data go (default: the system's temporary directory); removed afterwards")
+	fs.DurationVar(&o.timeout, "timeout", time.Hour, "bound on the whole run")
+}
+
+// validate checks the options once and returns the parsed lists.
+func (o options) validate() (sizes, concs []int, err error) {
+	if !o.skipRebalance {
+		if sizes, err = parseInts("sizes", o.sizes); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !o.skipCommits {
+		if concs, err = parseInts("concurrency", o.concurrency); err != nil {
+			return nil, nil, err
+		}
+	}
+	_, berr := balancer(o.balancer)
+	switch {
+	case o.skipRebalance && o.skipCommits:
+		return nil, nil, errors.New("--skip-rebalance and --skip-commits: nothing to measure")
+	case berr != nil:
+		return nil, nil, berr
+	case o.rounds < 1:
+		return nil, nil, fmt.Errorf("--rounds %d: want at least 1", o.rounds)
+	case o.heartbeat <= 0:
+		return nil, nil, fmt.Errorf("--heartbeat %s: want more than 0", o.heartbeat)
+	case o.partitions < 0:
+		return nil, nil, fmt.Errorf("--partitions %d: want 0 or more", o.partitions)
+	case o.roundTimeout <= 0:
+		return nil, nil, fmt.Errorf("--round-timeout %s: want more than 0", o.roundTimeout)
+	case o.duration <= 0:
+		return nil, nil, fmt.Errorf("--duration %s: want more than 0", o.duration)
+	case o.warmup < 0:
+		return nil, nil, fmt.Errorf("--warmup %s: want 0 or more", o.warmup)
+	case o.clients < 1:
+		return nil, nil, fmt.Errorf("--clients %d: want at least 1", o.clients)
+	case o.kfakeBrokers < 1:
+		return nil, nil, fmt.Errorf("--kfake-brokers %d: want at least 1", o.kfakeBrokers)
+	}
+	return sizes, concs, nil
+}
+
+// balancer is the kgo balancer a --balancer name stands for.
+func balancer(name string) (kgo.GroupBalancer, error) {
+	switch name {
+	case "cooperative-sticky":
+		return kgo.CooperativeStickyBalancer(), nil
+	case "sticky":
+		return kgo.StickyBalancer(), nil
+	case "range":
+		return kgo.RangeBalancer(), nil
+	case "roundrobin":
+		return kgo.RoundRobinBalancer(), nil
+	}
+	return nil, fmt.Errorf("--balancer %q: want cooperative-sticky, sticky, range or roundrobin", name)
+}
+
+func main() {
+	fs := flag.NewFlagSet("kafka-bench", flag.ExitOnError)
+	var o options
+	o.register(fs)
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag has exited already
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "kafka-bench: unexpected arguments %q\n", fs.Args())
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "kafka-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts both targets, measures and writes the report to stdout: a
+// table, or with o.json one JSON document.
+func run(ctx context.Context, o options, stdout io.Writer) error {
+	sizes, concs, err := o.validate()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if !o.json {
+		return measure(ctx, o, sizes, concs, stdout)
+	}
+	rep := &report.Report{Command: "kafka-bench", Started: time.Now().UTC()}
+	err = measure(ctx, o, sizes, concs, rep)
+	if werr := rep.Encode(stdout); err == nil {
+		err = werr
+	}
+	return err
+}
+
+func measure(ctx context.Context, o options, sizes, concs []int, out io.Writer) error {
+	// The load before the clusters start: what else the machine was doing.
+	loadBefore := report.LoadLine()
+	dir, err := os.MkdirTemp(o.dir, "kafka-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	targets, err := startTargets(ctx, dir, o.kfakeBrokers)
+	if err != nil {
+		return err
+	}
+	defer closeTargets(targets)
+
+	fmt.Fprintf(out, "kafka-bench: franz-go kgo %s against Cohort (%s) and kfake %s (%s), one process, before: %s\n",
+		moduleVersion("github.com/twmb/franz-go"), targets[0].about, moduleVersion("github.com/twmb/franz-go/pkg/kfake"), targets[1].about, loadBefore)
+	if len(sizes) > 0 {
+		if err := measureRebalances(ctx, o, sizes, targets, out); err != nil {
+			return err
+		}
+	}
+	if len(concs) > 0 {
+		if err := measureCommits(ctx, o, concs, targets, out); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "after: %s\n", report.LoadLine())
+	return ctx.Err()
+}
+
+// ratio is a/b with two decimals and an ×, or "-" when b is nothing.
+func ratio(a, b float64) string {
+	if b <= 0 || a <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// parseInts reads a comma-separated list of positive integers.
+func parseInts(flagName, s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--%s %q: want positive integers separated by commas", flagName, s)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--" + flagName + ": empty")
+	}
+	return out, nil
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testOptions are the command line's defaults shortened to a functional
+// run: the figures of so short a run mean nothing, only their shape.
+func testOptions(t *testing.T) options {
+	t.Helper()
+	var o options
+	o.register(flag.NewFlagSet("test", flag.ContinueOnError))
+	o.sizes = "2"
+	o.rounds = 1
+	o.heartbeat = 100 * time.Millisecond
+	o.concurrency = "1"
+	o.duration = 200 * time.Millisecond
+	o.warmup = 0
+	o.clients = 2
+	o.dir = t.TempDir()
+	o.timeout = 3 * time.Minute
+	return o
+}
+
+// positive reports whether cell is a positive figure followed by unit.
+func positive(cell, unit string) bool {
+	n, err := strconv.ParseFloat(strings.TrimSuffix(cell, unit), 64)
+	return strings.HasSuffix(cell, unit) && err == nil && n > 0
+}
+
+// The report must be what `cohort-bench plot --in` reads: cohort-bench's
+// JSON shape, one table per measurement with the targets' columns side by
+// side, and cells whose leading number is the figure.
+func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
+	o := testOptions(t)
+	o.json = true
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	var r struct {
+		Command string    `json:"command"`
+		Started time.Time `json:"started"`
+		Notes   []string  `json:"notes"`
+		Tables  []struct {
+			Columns []string   `json:"columns"`
+			Rows    [][]string `json:"rows"`
+		} `json:"tables"`
+	}
+	dec := json.NewDecoder(&out)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("report does not parse: %v", err)
+	}
+	if r.Command != "kafka-bench" || r.Started.IsZero() {
+		t.Errorf("command %q, started %v: want kafka-bench and the run's start", r.Command, r.Started)
+	}
+	notes := strings.Join(r.Notes, "\n")
+	if strings.Count(notes, "load average ") != 2 || !strings.Contains(r.Notes[0], "kfake") || !strings.Contains(r.Notes[0], "fsync on") {
+		t.Errorf("notes %q: want the targets and the load average before and after", r.Notes)
+	}
+	for _, want := range []string{"balancer cooperative-sticky", "rebalance cohort, 2 members: formed", "rebalance kfake, 2 members: formed",
+		"generations per round [2]", "Raft term", "OffsetCommit v8"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q: want %q", r.Notes, want)
+		}
+	}
+	if len(r.Tables) != 2 {
+		t.Fatalf("%d tables, want rebalance and commits", len(r.Tables))
+	}
+
+	reb := r.Tables[0]
+	wantReb := []string{"members", "cohort median", "cohort max", "kfake median", "kfake max", "median ratio",
+		"cohort after last join", "kfake after last join", "after last join ratio"}
+	if !slices.Equal(reb.Columns, wantReb) {
+		t.Fatalf("rebalance columns %q, want %q", reb.Columns, wantReb)
+	}
+	if len(reb.Rows) != 1 || len(reb.Rows[0]) != len(wantReb) || reb.Rows[0][0] != "2" {
+		t.Fatalf("rebalance rows %q: want one row for 2 members", reb.Rows)
+	}
+	for i, unit := range map[int]string{1: " ms", 2: " ms", 3: " ms", 4: " ms", 5: "×", 6: " ms", 7: " ms", 8: "×"} {
+		if !positive(reb.Rows[0][i], unit) {
+			t.Errorf("%s %q: want a positive figure in%s", wantReb[i], reb.Rows[0][i], unit)
+		}
+	}
+
+	com := r.Tables[1]
+	wantCom := []string{"C", "cohort ops/s", "cohort p50", "cohort p99", "kfake ops/s", "kfake p50", "kfake p99",
+		"ops/s ratio", "p50 ratio", "cohort CPU/op", "kfake CPU/op", "cohort errors", "kfake errors"}
+	if !slices.Equal(com.Columns, wantCom) {
+		t.Fatalf("commit columns %q, want %q", com.Columns, wantCom)
+	}
+	if len(com.Rows) != 1 || len(com.Rows[0]) != len(wantCom) {
+		t.Fatalf("commit rows %q: want one row of %d cells", com.Rows, len(wantCom))
+	}
+	row := com.Rows[0]
+	if row[0] != "1" || row[11] != "0" || row[12] != "0" {
+		t.Errorf("C %q, errors %q and %q: want 1 and no errors", row[0], row[11], row[12])
+	}
+	for i, unit := range map[int]string{1: "", 2: " ms", 3: " ms", 4: "", 5: " ms", 6: " ms", 7: "×", 8: "×", 9: " µs", 10: " µs"} {
+		if !positive(row[i], unit) {
+			t.Errorf("%s %q: want a positive figure", wantCom[i], row[i])
+		}
+	}
+}
+
+// Without --json the report is aligned text, one row per concurrency;
+// --skip-rebalance leaves the rebalance table out.
+func TestRun_Text_CommitsOnly_OneRowPerConcurrency(t *testing.T) {
+	o := testOptions(t)
+	o.skipRebalance = true
+	o.concurrency = "1,2"
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("%d lines, want a title, the commits' note, a header, two rows and the load after:\n%s", len(lines), out.String())
+	}
+	if f := strings.Fields(lines[2]); f[0] != "C" || f[1] != "cohort" {
+		t.Errorf("header %q", lines[2])
+	}
+	for i, c := range []string{"1", "2"} {
+		if f := strings.Fields(lines[3+i]); f[0] != c || f[len(f)-1] != "0" || f[len(f)-2] != "0" {
+			t.Errorf("row %q: want C %s and no errors", lines[3+i], c)
+		}
+	}
+	if strings.Contains(out.String(), "rebalance") {
+		t.Errorf("--skip-rebalance, yet the report mentions a rebalance:\n%s", out.String())
+	}
+}
+
+func TestParseInts(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+	}{
+		{"1,16,256", []int{1, 16, 256}},
+		{" 4 , 8", []int{4, 8}},
+		{"", nil},
+		{"0", nil},
+		{"1,x", nil},
+		{"-3", nil},
+	} {
+		got, err := parseInts("concurrency", tc.in)
+		if tc.want == nil {
+			if err == nil {
+				t.Errorf("parseInts(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("parseInts(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestRun_RefusesBadOptions(t *testing.T) {
+	for name, mod := range map[string]func(*options){
+		"no duration":   func(o *options) { o.duration = 0 },
+		"no clients":    func(o *options) { o.clients = 0 },
+		"no rounds":     func(o *options) { o.rounds = 0 },
+		"bad sizes":     func(o *options) { o.sizes = "1,,2" },
+		"bad balancer":  func(o *options) { o.balancer = "sticky-ish" },
+		"nothing to do": func(o *options) { o.skipRebalance, o.skipCommits = true, true },
+	} {
+		o := testOptions(t)
+		mod(&o)
+		var out bytes.Buffer
+		if err := run(context.Background(), o, &out); err == nil {
+			t.Errorf("%s: run succeeded, want an error before any cluster starts", name)
+		}
+	}
+}

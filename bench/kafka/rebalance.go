@@ -1,0 +1,441 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/bench/report"
+)
+
+// How a rebalance is measured: a group of N kgo consumers is formed and
+// left to become stable (every member has completed a SyncGroup of the
+// same generation, and the partitions the members hold, as their
+// OnPartitionsAssigned/Revoked/Lost callbacks say, are every partition
+// exactly once). Then, each round, one kgo client more is created in the
+// group, and the round lasts until the group is stable again at a newer
+// generation, the new member included. The time so runs from the client's
+// creation (its bootstrap and join are inside it) to the last member's
+// callback that completes the assignment, and is read by polling the
+// members every pollInterval. Most of it is the members' heartbeat timers
+// (a member hears of a rebalance from its next heartbeat), so each round
+// also gives the time from the last JoinGroup any member wrote (a kgo
+// broker-write hook) to the end: the coordinator's own part, as
+// cohort-bench's "after last rejoin".
+
+// pollInterval is how often the members' state is checked: the
+// resolution of a rebalance time.
+const pollInterval = 2 * time.Millisecond
+
+// settle is how long a stable group is left alone at least before a
+// round: the members' offset fetches and first fetches after a sync are
+// not part of the next rebalance.
+const settle = 500 * time.Millisecond
+
+// phase is how far into a heartbeat interval round r starts, beyond
+// settle, as a fraction of the interval. The members' heartbeat timers
+// start when they sync, all at about the same moment, so a fixed wait
+// would start every round at the same point of their timers and make the
+// wait for the next heartbeat the same every round: all but nothing when
+// the wait is a multiple of the interval and the join lands just before
+// the members' heartbeats, a whole interval when it lands just after. A
+// target whose join takes a few milliseconds longer would pay the whole
+// interval every round. Rounds start instead at phases spread over the
+// interval (the golden-ratio sequence: 0.62, 0.24, 0.85, 0.47, …), the same
+// on both targets, so that each round's wait for a heartbeat is alike on
+// both and the rounds together sample it.
+func phase(r int) float64 {
+	const golden = 0.6180339887498949
+	f := float64(r+1) * golden
+	return f - float64(int(f))
+}
+
+// member is one kgo consumer of the group and what its callbacks said.
+type member struct {
+	cl *kgo.Client
+
+	mu sync.Mutex
+	// gen is the generation of the member's last completed SyncGroup
+	// (kgo calls OnPartitionsAssigned after every one, with nothing new
+	// too); -1 before the first.
+	gen  int32
+	held map[int32]struct{}
+
+	// lastJoin is when the member last wrote a JoinGroup request (Unix
+	// nanoseconds).
+	lastJoin atomic.Int64
+}
+
+// OnBrokerWrite is kgo's HookBrokerWrite: it notes when a JoinGroup
+// request went out.
+func (m *member) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == kmsg.JoinGroup.Int16() && err == nil {
+		m.lastJoin.Store(time.Now().UnixNano())
+	}
+}
+
+func (m *member) assigned(_ context.Context, cl *kgo.Client, tps map[string][]int32) {
+	_, gen := cl.GroupMetadata()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ps := range tps {
+		for _, p := range ps {
+			m.held[p] = struct{}{}
+		}
+	}
+	m.gen = gen
+}
+
+func (m *member) revoked(_ context.Context, _ *kgo.Client, tps map[string][]int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ps := range tps {
+		for _, p := range ps {
+			delete(m.held, p)
+		}
+	}
+}
+
+// consumerGroup is the group measured on one target at one size.
+type consumerGroup struct {
+	t          *target
+	name       string // group and topic
+	partitions int
+	opts       []kgo.Opt
+
+	mu      sync.Mutex
+	members []*member
+}
+
+// join creates one more member.
+func (g *consumerGroup) join() error {
+	m := &member{gen: -1, held: map[int32]struct{}{}}
+	opts := append(slices.Clone(g.opts),
+		kgo.OnPartitionsAssigned(m.assigned),
+		kgo.OnPartitionsRevoked(m.revoked),
+		kgo.OnPartitionsLost(m.revoked),
+		kgo.WithHooks(m),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("%s: consumer: %w", g.t.name, err)
+	}
+	m.cl = cl
+	g.mu.Lock()
+	g.members = append(g.members, m)
+	g.mu.Unlock()
+	return nil
+}
+
+// close closes every member, many at once: each leaves the group.
+func (g *consumerGroup) close() {
+	g.mu.Lock()
+	ms := g.members
+	g.members = nil
+	g.mu.Unlock()
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			m.cl.Close()
+		})
+	}
+	wg.Wait()
+}
+
+// stable reports whether every member has synced the same generation,
+// newer than after, and the members hold every partition exactly once;
+// gen is that generation.
+func (g *consumerGroup) stable(after int32) (gen int32, ok bool) {
+	g.mu.Lock()
+	ms := g.members
+	g.mu.Unlock()
+	owners := make([]int, g.partitions)
+	gen = -1
+	for i, m := range ms {
+		m.mu.Lock()
+		mg := m.gen
+		for p := range m.held {
+			if int(p) < len(owners) {
+				owners[p]++
+			}
+		}
+		m.mu.Unlock()
+		if i == 0 {
+			gen = mg
+		}
+		if mg < 0 || mg <= after || mg != gen {
+			return -1, false
+		}
+	}
+	for _, n := range owners {
+		if n != 1 {
+			return -1, false
+		}
+	}
+	return gen, len(ms) > 0
+}
+
+// lastJoin is the latest JoinGroup write of any member.
+func (g *consumerGroup) lastJoin() time.Time {
+	g.mu.Lock()
+	ms := g.members
+	g.mu.Unlock()
+	var last int64
+	for _, m := range ms {
+		last = max(last, m.lastJoin.Load())
+	}
+	return time.Unix(0, last)
+}
+
+// describe says how far the group is from stable, for a timeout's error.
+func (g *consumerGroup) describe() string {
+	g.mu.Lock()
+	ms := g.members
+	g.mu.Unlock()
+	gens := map[int32]int{}
+	owners := make([]int, g.partitions)
+	for _, m := range ms {
+		m.mu.Lock()
+		gens[m.gen]++
+		for p := range m.held {
+			if int(p) < len(owners) {
+				owners[p]++
+			}
+		}
+		m.mu.Unlock()
+	}
+	var parts []string
+	for _, gen := range slices.Sorted(func(yield func(int32) bool) {
+		for k := range gens {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		parts = append(parts, fmt.Sprintf("%d at generation %d", gens[gen], gen))
+	}
+	var unowned, shared int
+	for _, n := range owners {
+		switch {
+		case n == 0:
+			unowned++
+		case n > 1:
+			shared++
+		}
+	}
+	return fmt.Sprintf("%d members synced (%s); of %d partitions %d unowned, %d held twice or more",
+		len(ms), strings.Join(parts, ", "), g.partitions, unowned, shared)
+}
+
+// waitStable polls until the group is stable at a generation newer than
+// after, for at most timeout.
+func (g *consumerGroup) waitStable(ctx context.Context, after int32, timeout time.Duration) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		if gen, ok := g.stable(after); ok {
+			return gen, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("not stable after generation %d within %s: %s", after, timeout, g.describe())
+		case <-tick.C:
+		}
+	}
+}
+
+// groupResult is one target's figures at one size.
+type groupResult struct {
+	formed   time.Duration   // from the first client's creation to the first stable generation
+	rounds   []time.Duration // each measured rebalance
+	afters   []time.Duration // each round's time after the last JoinGroup written
+	gens     []int32         // generations each round went through (a cooperative balancer's rebalance is two)
+	closeDur time.Duration   // closing every member
+	rssMiB   int             // the process's resident memory with the group formed, -1 unknown
+	err      error
+}
+
+// measureGroup forms a group of size members on t and measures rounds
+// rebalances, each adding one member.
+func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalancer, size int) (res groupResult) {
+	res.rssMiB = -1
+	name := fmt.Sprintf("bench-rebalance-%d", size)
+	partitions := o.partitions
+	if partitions == 0 {
+		partitions = max(64, size+o.rounds)
+	}
+	if err := createTopic(ctx, t, name, partitions); err != nil {
+		res.err = err
+		return res
+	}
+	g := &consumerGroup{t: t, name: name, partitions: partitions, opts: []kgo.Opt{
+		kgo.SeedBrokers(t.seeds...),
+		kgo.ConsumerGroup(name),
+		kgo.ConsumeTopics(name),
+		kgo.Balancers(bal),
+		kgo.HeartbeatInterval(o.heartbeat),
+		kgo.DisableAutoCommit(),
+	}}
+	defer func() {
+		start := time.Now()
+		g.close()
+		res.closeDur = time.Since(start)
+	}()
+	start := time.Now()
+	for range size {
+		if err := g.join(); err != nil {
+			res.err = err
+			return res
+		}
+	}
+	gen, err := g.waitStable(ctx, -1, o.roundTimeout)
+	if err != nil {
+		res.err = fmt.Errorf("%s, %d members forming: %w", t.name, size, err)
+		return res
+	}
+	res.formed = time.Since(start)
+	res.rssMiB = rssMiB()
+	for r := range o.rounds {
+		select {
+		case <-ctx.Done():
+			res.err = ctx.Err()
+			return res
+		case <-time.After(settle + time.Duration(phase(r)*float64(o.heartbeat))):
+		}
+		start := time.Now()
+		if err := g.join(); err != nil {
+			res.err = err
+			return res
+		}
+		next, err := g.waitStable(ctx, gen, o.roundTimeout)
+		if err != nil {
+			res.err = fmt.Errorf("%s, %d members, round %d: %w", t.name, size+r, r+1, err)
+			return res
+		}
+		end := time.Now()
+		res.rounds = append(res.rounds, end.Sub(start))
+		res.afters = append(res.afters, end.Sub(g.lastJoin()))
+		res.gens = append(res.gens, next-gen)
+		gen = next
+	}
+	return res
+}
+
+// measureRebalances measures every size on every target, Cohort first,
+// and writes one row per size.
+func measureRebalances(ctx context.Context, o options, sizes []int, targets []*target, out io.Writer) error {
+	bal, err := balancer(o.balancer)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "rebalance: classic protocol, balancer %s, heartbeat %s, one member added per round, %d rounds per size, each starting at its own phase of the heartbeat interval (the same on both targets); time from the new client's creation until every member has synced one newer generation and the partitions are held exactly once (polled every %s); after last join: from the last JoinGroup any member wrote to that moment\n",
+		o.balancer, o.heartbeat, o.rounds, pollInterval)
+	cols := []string{"members"}
+	for _, t := range targets {
+		cols = append(cols, t.name+" median", t.name+" max")
+	}
+	cols = append(cols, "median ratio")
+	for _, t := range targets {
+		cols = append(cols, t.name+" after last join")
+	}
+	cols = append(cols, "after last join ratio")
+	tb := report.NewTable(out, cols...)
+	defer tb.Flush()
+	for _, size := range sizes {
+		row := []string{strconv.Itoa(size)}
+		var medians, afters []time.Duration
+		for _, t := range targets {
+			term0 := termOf(t)
+			res := measureGroup(ctx, o, t, bal, size)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if res.err != nil {
+				fmt.Fprintf(out, "rebalance %s, %d members: %v\n", t.name, size, res.err)
+			}
+			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; generations per round %v; all members closed in %s%s\n",
+				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), res.gens, res.closeDur.Round(time.Millisecond), termNote(t, term0))
+			if len(res.rounds) < o.rounds {
+				row = append(row, "-", "-")
+				medians, afters = append(medians, 0), append(afters, 0)
+				continue
+			}
+			p50, _, maxD := report.Percentiles(slices.Clone(res.rounds))
+			a50, _, _ := report.Percentiles(slices.Clone(res.afters))
+			row = append(row, report.MS(p50), report.MS(maxD))
+			medians, afters = append(medians, p50), append(afters, a50)
+		}
+		row = append(row, ratio(float64(medians[0]), float64(medians[1])))
+		for _, a := range afters {
+			if a > 0 {
+				row = append(row, report.MS(a))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		row = append(row, ratio(float64(afters[0]), float64(afters[1])))
+		tb.Row(row...)
+	}
+	return nil
+}
+
+func termOf(t *target) uint64 {
+	if t.raftTerm == nil {
+		return 0
+	}
+	return t.raftTerm()
+}
+
+// termNote says whether t's Raft term moved since term0: an election
+// (e.g. a leader whose lease lapsed while the process was short of CPU),
+// which sends every member back to FindCoordinator and can add a
+// rebalance.
+func termNote(t *target, term0 uint64) string {
+	if t.raftTerm == nil {
+		return ""
+	}
+	if term := t.raftTerm(); term != term0 {
+		return fmt.Sprintf("; Raft term %d → %d: %d election(s) during this size", term0, term, term-term0)
+	}
+	return fmt.Sprintf("; Raft term %d throughout", term0)
+}
+
+// rssMiB is the process's resident memory (VmRSS), or -1.
+func rssMiB() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if kb, err := strconv.Atoi(f[0]); err == nil {
+					return kb / 1024
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func rssNote(mib int) string {
+	if mib < 0 {
+		return "resident memory unknown"
+	}
+	return fmt.Sprintf("process resident memory %d MiB when formed", mib)
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/coordinator"
+	"github.com/cohortlabs/cohort/internal/benchcluster"
+)
+
+// target is one Kafka cluster the clients are pointed at.
+type target struct {
+	// name prefixes the target's columns ("cohort", "kfake").
+	name string
+	// seeds are every broker's address: the clients' seed brokers.
+	seeds []string
+	// about says what runs behind the seeds, for the report's first note.
+	about string
+	// raftTerm is the highest Raft term among the target's nodes (nil:
+	// not replicated). A term that moves during a measurement means an
+	// election, during which the group's coordinator is away.
+	raftTerm func() uint64
+	close    func()
+}
+
+// cohortNodes is the size of Cohort's cluster, the size cohortd is run at.
+const cohortNodes = 3
+
+// startTargets starts Cohort (three in-process nodes, data under dir) and
+// kfake, and waits until each names all its brokers and a controller.
+// Cohort is first: its columns come first in every row.
+func startTargets(ctx context.Context, dir string, kfakeBrokers int) ([]*target, error) {
+	cfg := coordinator.DefaultConfig()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cl, err := benchcluster.StartInProcess(ctx, benchcluster.InProcessOptions{
+		Size: cohortNodes, Dir: dir, Coordinator: cfg, Kafka: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start Cohort: %w", err)
+	}
+	cohort := &target{
+		name:  "cohort",
+		seeds: cl.KafkaAddrs(),
+		about: fmt.Sprintf("%d in-process nodes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
+		raftTerm: func() uint64 {
+			var term uint64
+			for i := range cohortNodes {
+				if s := cl.Server(i); s != nil {
+					term = max(term, s.Node.Stats().Term)
+				}
+			}
+			return term
+		},
+		close: func() { _ = cl.Close() },
+	}
+	fake, err := kfake.NewCluster(kfake.NumBrokers(kfakeBrokers))
+	if err != nil {
+		cohort.close()
+		return nil, fmt.Errorf("start kfake: %w", err)
+	}
+	kf := &target{
+		name:  "kfake",
+		seeds: fake.ListenAddrs(),
+		about: fmt.Sprintf("%d broker(s) on loopback, in memory, unreplicated", kfakeBrokers),
+		close: fake.Close,
+	}
+	targets := []*target{cohort, kf}
+	for _, t := range []struct {
+		t       *target
+		brokers int
+	}{{cohort, cohortNodes}, {kf, kfakeBrokers}} {
+		if err := waitBrokers(ctx, t.t, t.brokers); err != nil {
+			closeTargets(targets)
+			return nil, err
+		}
+	}
+	return targets, nil
+}
+
+func closeTargets(ts []*target) {
+	for _, t := range ts {
+		t.close()
+	}
+}
+
+// waitBrokers waits until every one of t's seed brokers names n brokers
+// and a controller (where topics are created) in its own Metadata answer:
+// Cohort's nodes name each other once the node registry holds their Kafka
+// addresses and a dial answered, a second or two after start.
+func waitBrokers(ctx context.Context, t *target, n int) error {
+	return waitMetadata(ctx, t, "", func(resp *kmsg.MetadataResponse) error {
+		if len(resp.Brokers) != n || resp.ControllerID < 0 {
+			return fmt.Errorf("%d brokers, controller %d; want %d and a controller", len(resp.Brokers), resp.ControllerID, n)
+		}
+		return nil
+	})
+}
+
+// createTopic creates topic with the given partitions on t through kadm,
+// as an operator would, and waits until every seed broker's own Metadata
+// shows all of them (Cohort's followers learn of a topic when they apply
+// its entry), so that a consumer reads the topic whichever broker it asks.
+func createTopic(ctx context.Context, t *target, topic string, partitions int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(t.seeds...))
+	if err != nil {
+		return fmt.Errorf("%s: client: %w", t.name, err)
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(cctx, int32(partitions), -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("%s: create topic %s (%d partitions): %w", t.name, topic, partitions, err)
+	}
+	return waitMetadata(ctx, t, topic, func(resp *kmsg.MetadataResponse) error {
+		switch {
+		case len(resp.Topics) != 1:
+			return fmt.Errorf("%d topics in the answer, want 1", len(resp.Topics))
+		case resp.Topics[0].ErrorCode != 0:
+			return kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		case len(resp.Topics[0].Partitions) != partitions:
+			return fmt.Errorf("%d partitions, want %d", len(resp.Topics[0].Partitions), partitions)
+		}
+		return nil
+	})
+}
+
+// waitMetadata asks each of t's seed brokers for Metadata (of topic, or
+// of no topic when it is "") until check accepts its answer, for at most
+// a minute. It sends raw requests to each seed: kadm's metadata calls
+// answer the brokers from the client's cache, which a client refreshes
+// only every few minutes.
+func waitMetadata(ctx context.Context, t *target, topic string, check func(*kmsg.MetadataResponse) error) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(t.seeds...))
+	if err != nil {
+		return fmt.Errorf("%s: client: %w", t.name, err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for i, b := range cl.SeedBrokers() {
+		var last error
+		for {
+			req := kmsg.NewPtrMetadataRequest()
+			if topic != "" {
+				rt := kmsg.NewMetadataRequestTopic()
+				rt.Topic = kmsg.StringPtr(topic)
+				req.Topics = append(req.Topics, rt)
+			}
+			resp, err := req.RequestWith(ctx, b)
+			if err == nil {
+				err = check(resp)
+			}
+			if err == nil {
+				break
+			}
+			last = err
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: Metadata from %s: %w (last: %v)", t.name, t.seeds[i], ctx.Err(), last)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// moduleVersion is the version of module path this program was built
+// with, for the report.
+func moduleVersion(path string) string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(version unknown)"
+	}
+	for _, d := range bi.Deps {
+		if d.Path == path {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "(version unknown)"
+}
