@@ -5,6 +5,8 @@ import (
 	"hash/fnv"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -27,11 +29,29 @@ func BrokerID(nodeID string) int32 {
 }
 
 // TopicID is a topic's Kafka topic ID, derived from its name (Cohort's
-// registry has none): the first 16 bytes of its SHA-256.
+// registry has none): the first 16 bytes of its SHA-256. IDs are kept once
+// computed: every Metadata answer names every topic's, and a thousand
+// consumers ask at once after each rebalance.
 func TopicID(name string) [16]byte {
+	if id, ok := topicIDs.Load(name); ok {
+		return id.([16]byte)
+	}
 	sum := sha256.Sum256([]byte(name))
-	return [16]byte(sum[:16])
+	id := [16]byte(sum[:16])
+	if topicIDCount.Add(1) <= maxCachedTopicIDs {
+		topicIDs.Store(name, id)
+	}
+	return id
 }
+
+// The topic ID cache, bounded by the topic budget's default (a name no
+// longer in the registry keeps its entry; past the bound IDs are computed
+// each time).
+var (
+	topicIDs          sync.Map
+	topicIDCount      atomic.Int64
+	maxCachedTopicIDs = int64(fsm.DefaultBudgets().Topics)
+)
 
 // broker is a registered broker, its address split for the wire.
 type broker struct {
@@ -74,18 +94,30 @@ func (s *Server) brokers() ([]broker, int32) {
 	return out, controller
 }
 
-// partitionLeader spreads a topic's partitions over the brokers, so
-// clients' fetches do too: any broker answers any partition.
-func partitionLeader(brokers []broker, topic string, p int32) (int32, []int32) {
-	if len(brokers) == 0 {
+// rotations are the broker IDs in every rotation: rotation k starts at
+// broker k. Partition p of a topic is led by the broker its rotation
+// starts with (partitionReplicas), so partitions spread over the brokers
+// and clients' fetches do too; any broker answers any partition. The
+// slices are shared by every partition of one answer and never changed.
+func rotations(brokers []broker) [][]int32 {
+	out := make([][]int32, len(brokers))
+	for k := range brokers {
+		out[k] = make([]int32, len(brokers))
+		for i := range brokers {
+			out[k][i] = brokers[(k+i)%len(brokers)].id
+		}
+	}
+	return out
+}
+
+// partitionReplicas is partition p of topic's leader and replicas (-1 and
+// none when there is no broker).
+func partitionReplicas(rot [][]int32, topic string, p int32) (int32, []int32) {
+	if len(rot) == 0 {
 		return -1, nil
 	}
-	first := int(TopicID(topic)[0]) + int(p)
-	replicas := make([]int32, len(brokers))
-	for i := range brokers {
-		replicas[i] = brokers[(first+i)%len(brokers)].id
-	}
-	return replicas[0], replicas
+	r := rot[(int(TopicID(topic)[0])+int(p))%len(rot)]
+	return r[0], r
 }
 
 // metadata answers from this node's registry (it may lag the leader's by
@@ -97,6 +129,7 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	s := c.s
 	resp := kmsg.NewPtrMetadataResponse()
 	brokers, controller := s.brokers()
+	rot := rotations(brokers)
 	for _, b := range brokers {
 		mb := kmsg.NewMetadataResponseBroker()
 		mb.NodeID, mb.Host, mb.Port = b.id, b.host, b.port
@@ -138,7 +171,7 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			for p := range t.Partitions {
 				mp := kmsg.NewMetadataResponseTopicPartition()
 				mp.Partition = p
-				mp.Leader, mp.Replicas = partitionLeader(brokers, name, p)
+				mp.Leader, mp.Replicas = partitionReplicas(rot, name, p)
 				mp.ISR = mp.Replicas
 				if mp.Leader < 0 {
 					mp.ErrorCode = kerr.LeaderNotAvailable.Code
