@@ -1,7 +1,7 @@
 # The Jepsen-style failure suite (docs/chaos.md). Included from the Makefile.
 #
-#   make chaos-smoke                 # ~3 min, 3 nodes, every fault kind once, hostile and Kafka clients, must be valid (CI)
-#   make chaos-leader                # ~3 min, leadership moving and coming back, must be valid (CI)
+#   make chaos-smoke                 # ~3 min, 3 nodes, every fault kind once, hostile and Kafka (classic group) clients, must be valid (CI)
+#   make chaos-leader                # ~3 min, leadership moving and coming back, Kafka consumer group (KIP-848) clients, must be valid (CI)
 #   make chaos-bug                   # a deliberately broken cohortd must be caught (CI)
 #   make chaos TIME=10m NEMESIS=partition WORKLOAD=offsets NODES=5 SEED=42
 #   make chaos-cleanup               # remove what an interrupted run left behind
@@ -34,7 +34,7 @@ chaos: chaos-bin
 # Short faults and pauses so that 110 s of faults hold every kind for any
 # seed (--require-all-kinds refuses a schedule that does not); the hostile
 # workload and the Kafka workload (kgo consumers through the Kafka
-# listeners) run beside the others.
+# listeners, a classic group: JoinGroup/SyncGroup) run beside the others.
 chaos-smoke: chaos-bin
 	$(CHAOS) --time 110s --nodes 3 --nemesis mixed --workload both --hostile --kafka --seed $(SMOKE_SEED) \
 		--quiet-min 1s --quiet-max 3s --fault-min 3s --fault-max 6s --require-all-kinds \
@@ -44,9 +44,12 @@ chaos-smoke: chaos-bin
 # away and back, the leader isolated and killed; 90 s of faults, each below
 # two thirds of the session timeout, so every generation must be explained
 # by churn (checker 6 judges all of them) and a process that led before
-# leads again. Both workloads, the chaser reading each new leader at once.
+# leads again. Both workloads, the chaser reading each new leader at once,
+# and the Kafka workload as a consumer group (KIP-848): its member epochs
+# and assignments are replicated state the leader's deadlines act on, and
+# moving leadership is what they must survive.
 chaos-leader: chaos-bin
-	$(CHAOS) --time 90s --nodes 3 --nemesis leader-flap --workload both --seed $(LEADER_SEED) \
+	$(CHAOS) --time 90s --nodes 3 --nemesis leader-flap --workload both --kafka --kafka-protocol consumer --seed $(LEADER_SEED) \
 		--quiet-min 1s --quiet-max 3s --fault-min 2s --fault-max 4s --require-all-kinds \
 		--name leader-$$(date +%Y%m%d-%H%M%S)-s$(LEADER_SEED) $(CHAOS_FLAGS)
 

@@ -19,26 +19,51 @@ import (
 )
 
 // What the Kafka workload uses: a topic made through the gRPC admin API
-// and a group that only Kafka clients join.
+// and a group that only Kafka clients join, named for the protocol so that
+// a classic and a consumer group can never be the same group.
 const (
-	KafkaTopic      = "kafka-orders"
-	KafkaGroup      = "kafka-billing"
-	kafkaPartitions = 8
+	KafkaTopic         = "kafka-orders"
+	KafkaGroup         = "kafka-billing"
+	KafkaConsumerGroup = "kafka-billing-kip848"
+	kafkaPartitions    = 8
 )
+
+// The group protocols the Kafka workload's consumers speak.
+const (
+	// KafkaClassic: JoinGroup, SyncGroup and Heartbeat, the assignment
+	// made by the consumers' cooperative-sticky balancer.
+	KafkaClassic = "classic"
+	// KafkaConsumer: Kafka's consumer group protocol (KIP-848),
+	// ConsumerGroupHeartbeat, the assignment made by the coordinator
+	// (its "uniform" assignor) and fenced by member epochs.
+	KafkaConsumer = "consumer"
+)
+
+// CheckKafkaProtocol says why p is not a protocol of the Kafka workload;
+// nil when it is ("" is the default, classic).
+func CheckKafkaProtocol(p string) error {
+	switch p {
+	case "", KafkaClassic, KafkaConsumer:
+		return nil
+	}
+	return fmt.Errorf("kafka workload: unknown group protocol %q: want %s or %s", p, KafkaClassic, KafkaConsumer)
+}
 
 // Kafka runs kgo consumers (franz-go, an independent Kafka client) of one
 // group through the nodes' Kafka listeners while faults happen: the
-// cooperative-sticky protocol, no autocommit, a commit of every held
-// partition every CommitEvery, and now and then one consumer closed and
-// replaced, so that the group rebalances under faults.
+// cooperative-sticky protocol (Protocol classic) or the coordinator's
+// assignments (Protocol consumer, KIP-848), no autocommit, a commit of
+// every held partition every CommitEvery, and now and then one consumer
+// closed and replaced, so that the group rebalances under faults.
 //
 // Every commit of a partition takes its offset from one workload-wide
 // counter per partition, so a later commit is always larger than an earlier
 // one. The group's fencing orders the acknowledged ones (a partition has one
-// owner per generation, and one consumer's commits are sequential), so once
-// the commits stop the committed offset of a partition may not be below the
-// largest one the coordinator acknowledged. Final checks that, and that
-// after recovery the consumers hold every partition exactly once.
+// owner per generation, or per member epoch in a consumer group, and one
+// consumer's commits are sequential), so once the commits stop the
+// committed offset of a partition may not be below the largest one the
+// coordinator acknowledged. Final checks that, and that after recovery the
+// consumers hold every partition exactly once.
 //
 // It keeps its own verdict (Verdict) and records nothing in the history:
 // the checkers judge the gRPC workloads, this one judges the Kafka front.
@@ -50,7 +75,13 @@ type Kafka struct {
 	Log            *slog.Logger
 	Seed           uint64
 	Creds          Credentials
-	// SessionTimeout of the consumers (default 6 s, the run's).
+	// Protocol is the group protocol: KafkaClassic (default) or
+	// KafkaConsumer. A consumer group's session timeout and heartbeat
+	// interval are the coordinator's (cohortd --consumer-*), not the
+	// client's.
+	Protocol string
+	// SessionTimeout of the consumers (default 6 s, the run's; classic
+	// only).
 	SessionTimeout time.Duration
 	// ClientLog receives the kgo clients' own log at info level (nil:
 	// none).
@@ -75,7 +106,7 @@ type Kafka struct {
 	acks        int
 	refused     map[string]int // by Kafka error
 	unanswered  int            // no response: the outcome is unknown
-	generations map[int32]bool // generations the commits were sent in
+	generations map[int32]bool // generations (member epochs) the commits were sent in
 	restarts    int
 	noRestarts  bool               // Final stopped them
 	live        []*kafkaConsumer   // the current consumer of every slot, nil between two
@@ -116,6 +147,9 @@ func (c *kafkaConsumer) holding() []int32 {
 }
 
 func (w *Kafka) init() {
+	if w.Protocol == "" {
+		w.Protocol = KafkaClassic
+	}
 	if w.SessionTimeout == 0 {
 		w.SessionTimeout = 6 * time.Second
 	}
@@ -142,9 +176,21 @@ func (w *Kafka) init() {
 	}
 }
 
-// Setup creates the topic, as admin, through the gRPC API.
+// group is the consumers' group: one name per protocol.
+func (w *Kafka) group() string {
+	if w.Protocol == KafkaConsumer {
+		return KafkaConsumerGroup
+	}
+	return KafkaGroup
+}
+
+// Setup checks the protocol and creates the topic, as admin, through the
+// gRPC API.
 func (w *Kafka) Setup(ctx context.Context) error {
 	w.init()
+	if err := CheckKafkaProtocol(w.Protocol); err != nil {
+		return err
+	}
 	return createTopic(ctx, w.Endpoints, w.Creds.Admin, KafkaTopic, kafkaPartitions)
 }
 
@@ -187,7 +233,7 @@ func (w *Kafka) slot(ctx context.Context, i int, restart <-chan struct{}) {
 			sleep(ctx, time.Second)
 			continue
 		}
-		w.Log.Info("kafka consumer joins", "consumer", c.name, "group", KafkaGroup)
+		w.Log.Info("kafka consumer joins", "consumer", c.name, "group", w.group(), "protocol", w.Protocol)
 		w.mu.Lock()
 		w.live[i] = c
 		w.mu.Unlock()
@@ -229,16 +275,25 @@ func (w *Kafka) newConsumer(name string) (*kafkaConsumer, error) {
 	c := &kafkaConsumer{name: name, held: map[int32]bool{}}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(w.KafkaEndpoints...), kgo.ClientID(name),
-		kgo.ConsumerGroup(KafkaGroup), kgo.ConsumeTopics(KafkaTopic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(),
-		kgo.SessionTimeout(w.SessionTimeout), kgo.RebalanceTimeout(2 * w.SessionTimeout),
-		kgo.HeartbeatInterval(200 * time.Millisecond), kgo.FetchMaxWait(time.Second),
+		kgo.ConsumerGroup(w.group()), kgo.ConsumeTopics(KafkaTopic), kgo.DisableAutoCommit(),
+		// In a consumer group the rebalance timeout bounds how long the
+		// coordinator waits for a revocation to be confirmed.
+		kgo.RebalanceTimeout(2 * w.SessionTimeout), kgo.FetchMaxWait(time.Second),
 		// Requests to a dead or paused node give up before the session
 		// timeout, so the member finds the new coordinator in time.
 		kgo.RequestTimeoutOverhead(5 * time.Second), kgo.RetryTimeout(30 * time.Second),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { c.change(p, true) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { c.change(p, false) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { c.change(p, false) }),
+	}
+	if w.Protocol == KafkaConsumer {
+		// The coordinator assigns (its "uniform" assignor, which the
+		// sticky balancer names) and sets the session timeout and
+		// heartbeat interval.
+		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
+	} else {
+		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()),
+			kgo.SessionTimeout(w.SessionTimeout), kgo.HeartbeatInterval(200*time.Millisecond))
 	}
 	if tc := w.Creds.Client.TLS; tc != nil {
 		opts = append(opts, kgo.DialTLSConfig(tc))
@@ -352,7 +407,8 @@ func kafkaErrorName(code int16) string {
 
 // Final, once the faults are healed: it stops the restarts, waits (up to
 // Recovery) until the live consumers hold every partition, each once, and
-// the coordinator's DescribeGroups agrees; then it stops the commits, waits
+// the coordinator's DescribeGroups (ConsumerGroupDescribe in a consumer
+// group) agrees; then it stops the commits, waits
 // for the last answers, and reads the committed offsets with a new kadm
 // client (a long-lived kgo client may keep a dead coordinator cached),
 // trying until ctx ends.
@@ -403,7 +459,7 @@ func (w *Kafka) Final(ctx context.Context) {
 }
 
 // awaitAssignment polls until the live consumers' assignment is complete
-// and disjoint and DescribeGroups says the same, or ctx ends; it returns
+// and disjoint and the coordinator says the same, or ctx ends; it returns
 // the assignment and "" or the last thing wrong.
 func (w *Kafka) awaitAssignment(ctx context.Context) (map[string][]int32, string) {
 	var adm *kadm.Client
@@ -424,7 +480,7 @@ func (w *Kafka) awaitAssignment(ctx context.Context) (map[string][]int32, string
 				}
 			}
 			var err error
-			if problem, err = describedAgrees(ctx, adm, held); err != nil {
+			if problem, err = w.describedAgrees(ctx, adm, held); err != nil {
 				// A fresh client next time: this one may keep a dead
 				// coordinator.
 				adm.Close()
@@ -488,46 +544,115 @@ func assignmentProblem(held map[string][]int32, n int32) string {
 	return strings.Join(problems, "; ")
 }
 
-// describedAgrees compares the coordinator's view of the group with held:
+// describedAgrees compares the coordinator's view of the group
+// (DescribeGroups, or ConsumerGroupDescribe in a consumer group) with held:
 // Stable, the same members, the same partitions each.
-func describedAgrees(ctx context.Context, adm *kadm.Client, held map[string][]int32) (string, error) {
+func (w *Kafka) describedAgrees(ctx context.Context, adm *kadm.Client, held map[string][]int32) (string, error) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	described, err := adm.DescribeGroups(dctx, KafkaGroup)
-	if err != nil {
-		return "", err
-	}
-	d, ok := described[KafkaGroup]
-	if !ok {
-		return "", fmt.Errorf("no answer for group %s", KafkaGroup)
-	}
-	if d.Err != nil {
-		return "", d.Err
-	}
-	if d.State != "Stable" || len(d.Members) != len(held) {
-		return fmt.Sprintf("the coordinator has the group %s with %d members, want Stable with %d", d.State, len(d.Members), len(held)), nil
-	}
-	for _, m := range d.Members {
-		mine, ok := held[m.ClientID]
-		if !ok {
-			return fmt.Sprintf("the coordinator lists member %s (%s), which is not a live consumer", m.MemberID, m.ClientID), nil
+	group := w.group()
+	var d describedGroup
+	if w.Protocol == KafkaConsumer {
+		described, err := adm.DescribeConsumerGroups(dctx, group)
+		if err != nil {
+			return "", err
 		}
-		ca, ok := m.Assigned.AsConsumer()
+		cg, ok := described[group]
 		if !ok {
-			return fmt.Sprintf("member %s: assignment not in the consumer protocol", m.ClientID), nil
+			return "", fmt.Errorf("no answer for consumer group %s", group)
 		}
-		var assigned []int32
-		for _, t := range ca.Topics {
-			if t.Topic == KafkaTopic {
-				assigned = append(assigned, t.Partitions...)
+		if cg.Err != nil {
+			return "", cg.Err
+		}
+		d = fromConsumerGroup(cg)
+	} else {
+		described, err := adm.DescribeGroups(dctx, group)
+		if err != nil {
+			return "", err
+		}
+		g, ok := described[group]
+		if !ok {
+			return "", fmt.Errorf("no answer for group %s", group)
+		}
+		if g.Err != nil {
+			return "", g.Err
+		}
+		d = fromClassicGroup(g)
+	}
+	return describedProblem(d, held), nil
+}
+
+// describedGroup is the coordinator's view of the group, whichever the
+// protocol.
+type describedGroup struct {
+	state   string
+	members []describedMember
+}
+
+type describedMember struct {
+	id, clientID string
+	assigned     []int32 // of KafkaTopic, sorted
+	// problem: why assigned cannot be compared ("" when it can).
+	problem string
+}
+
+func fromClassicGroup(g kadm.DescribedGroup) describedGroup {
+	d := describedGroup{state: g.State}
+	for _, m := range g.Members {
+		dm := describedMember{id: m.MemberID, clientID: m.ClientID}
+		if ca, ok := m.Assigned.AsConsumer(); !ok {
+			dm.problem = fmt.Sprintf("member %s: assignment not in the consumer protocol", m.ClientID)
+		} else {
+			for _, t := range ca.Topics {
+				if t.Topic == KafkaTopic {
+					dm.assigned = append(dm.assigned, t.Partitions...)
+				}
 			}
 		}
-		slices.Sort(assigned)
-		if !slices.Equal(assigned, mine) {
-			return fmt.Sprintf("the coordinator assigned %s partitions %v, it holds %v", m.ClientID, assigned, mine), nil
+		slices.Sort(dm.assigned)
+		d.members = append(d.members, dm)
+	}
+	return d
+}
+
+// fromConsumerGroup takes a member's current assignment (not its target);
+// a Stable group has every member at the group's assignment epoch, so a
+// member behind it says the coordinator contradicts itself.
+func fromConsumerGroup(g kadm.DescribedConsumerGroup) describedGroup {
+	d := describedGroup{state: g.State}
+	for _, m := range g.Members {
+		dm := describedMember{id: m.MemberID, clientID: m.ClientID}
+		for p := range m.Assignment[KafkaTopic] {
+			dm.assigned = append(dm.assigned, p)
+		}
+		slices.Sort(dm.assigned)
+		if g.State == "Stable" && m.MemberEpoch != g.AssignmentEpoch {
+			dm.problem = fmt.Sprintf("member %s is at epoch %d in a Stable group, whose assignment epoch is %d", m.ClientID, m.MemberEpoch, g.AssignmentEpoch)
+		}
+		d.members = append(d.members, dm)
+	}
+	return d
+}
+
+// describedProblem says how d differs from held (consumer: partitions):
+// not Stable, other members (by client ID), other partitions; "" when it
+// agrees.
+func describedProblem(d describedGroup, held map[string][]int32) string {
+	if d.state != "Stable" || len(d.members) != len(held) {
+		return fmt.Sprintf("the coordinator has the group %s with %d members, want Stable with %d", d.state, len(d.members), len(held))
+	}
+	for _, m := range d.members {
+		mine, ok := held[m.clientID]
+		switch {
+		case !ok:
+			return fmt.Sprintf("the coordinator lists member %s (%s), which is not a live consumer", m.id, m.clientID)
+		case m.problem != "":
+			return m.problem
+		case !slices.Equal(m.assigned, mine):
+			return fmt.Sprintf("the coordinator assigned %s partitions %v, it holds %v", m.clientID, m.assigned, mine)
 		}
 	}
-	return "", nil
+	return ""
 }
 
 // admin is a new kadm client with the admin's credential.
@@ -554,12 +679,12 @@ func (w *Kafka) fetchCommitted(ctx context.Context) (map[int32]int64, error) {
 	defer adm.Close()
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := adm.FetchOffsets(fctx, KafkaGroup)
+	resp, err := adm.FetchOffsets(fctx, w.group())
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("fetch the offsets of group %s: %w", KafkaGroup, err)
+		return nil, fmt.Errorf("fetch the offsets of group %s: %w", w.group(), err)
 	}
 	found := map[int32]int64{}
 	resp.Each(func(o kadm.OffsetResponse) {
@@ -605,13 +730,24 @@ func (w *Kafka) Verdict() (summary string, violations []string) {
 	if len(gens) > 0 {
 		span = fmt.Sprintf("%d-%d", gens[0], gens[len(gens)-1])
 	}
-	summary = fmt.Sprintf("kafka workload (%d kgo consumers of %s on %s): %d partition commits sent, %d acknowledged, %d refused",
-		w.Consumers, KafkaGroup, KafkaTopic, w.attempts, w.acks, total)
+	protocol := "classic protocol"
+	if w.Protocol == KafkaConsumer {
+		protocol = "consumer protocol (KIP-848)"
+	}
+	summary = fmt.Sprintf("kafka workload (%s, %d kgo consumers of %s on %s): %d partition commits sent, %d acknowledged, %d refused",
+		protocol, w.Consumers, w.group(), KafkaTopic, w.attempts, w.acks, total)
 	if len(refused) > 0 {
 		summary += " (" + strings.Join(refused, ", ") + ")"
 	}
-	summary += fmt.Sprintf(", %d unanswered; %d rebalances seen (commits in %d generations, %s), %d consumer restarts",
-		w.unanswered, max(len(gens)-1, 0), len(gens), span, w.restarts)
+	summary += fmt.Sprintf(", %d unanswered; ", w.unanswered)
+	if w.Protocol == KafkaConsumer {
+		// Every member has its own epoch: their number is no count of
+		// rebalances.
+		summary += fmt.Sprintf("commits fenced by %d member epochs (%s)", len(gens), span)
+	} else {
+		summary += fmt.Sprintf("%d rebalances seen (commits in %d generations, %s)", max(len(gens)-1, 0), len(gens), span)
+	}
+	summary += fmt.Sprintf(", %d consumer restarts", w.restarts)
 
 	if w.acks == 0 {
 		violations = append(violations, "no commit was acknowledged in the whole run")

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -125,5 +126,102 @@ func TestKafkaVerdict_AssignmentAndNothingAcked(t *testing.T) {
 		if !strings.Contains(joined, s) {
 			t.Errorf("violations %q do not say %q", violations, s)
 		}
+	}
+}
+
+// A consumer group's view (ConsumerGroupDescribe) is compared as a classic
+// group's is: Stable, the same members by client ID, the same partitions
+// of the topic each (other topics aside); and a Stable group's member
+// behind the assignment epoch is a contradiction.
+func TestDescribedProblem_ConsumerGroup(t *testing.T) {
+	held := map[string][]int32{"c0": {0, 1, 2, 3}, "c1": {4, 5, 6, 7}}
+	member := func(client string, epoch int32, parts ...int32) kadm.ConsumerGroupMember {
+		set := kadm.TopicsSet{}
+		set.Add(KafkaTopic, parts...)
+		set.Add("other-topic", 0) // not the workload's
+		return kadm.ConsumerGroupMember{MemberID: "id-" + client, ClientID: client, MemberEpoch: epoch, Assignment: set}
+	}
+	cases := []struct {
+		name  string
+		group kadm.DescribedConsumerGroup
+		want  string // a substring of the problem; "": none
+	}{
+		{"agrees", kadm.DescribedConsumerGroup{State: "Stable", AssignmentEpoch: 7,
+			Members: []kadm.ConsumerGroupMember{member("c1", 7, 7, 6, 5, 4), member("c0", 7, 0, 1, 2, 3)}}, ""},
+		{"reconciling", kadm.DescribedConsumerGroup{State: "Reconciling", AssignmentEpoch: 7,
+			Members: []kadm.ConsumerGroupMember{member("c0", 6, 0, 1, 2, 3), member("c1", 7, 4, 5, 6, 7)}},
+			"the coordinator has the group Reconciling with 2 members, want Stable with 2"},
+		{"a member too many", kadm.DescribedConsumerGroup{State: "Stable", AssignmentEpoch: 7,
+			Members: []kadm.ConsumerGroupMember{member("c0", 7, 0, 1, 2, 3), member("c1", 7, 4, 5, 6, 7), member("c9", 7)}},
+			"with 3 members, want Stable with 2"},
+		{"a member that is not live", kadm.DescribedConsumerGroup{State: "Stable", AssignmentEpoch: 7,
+			Members: []kadm.ConsumerGroupMember{member("c0", 7, 0, 1, 2, 3), member("c2", 7, 4, 5, 6, 7)}},
+			"lists member id-c2 (c2), which is not a live consumer"},
+		{"other partitions", kadm.DescribedConsumerGroup{State: "Stable", AssignmentEpoch: 7,
+			Members: []kadm.ConsumerGroupMember{member("c0", 7, 0, 1, 2), member("c1", 7, 3, 4, 5, 6, 7)}},
+			"the coordinator assigned c0 partitions [0 1 2], it holds [0 1 2 3]"},
+		{"stable with a member behind", kadm.DescribedConsumerGroup{State: "Stable", AssignmentEpoch: 7,
+			Members: []kadm.ConsumerGroupMember{member("c0", 7, 0, 1, 2, 3), member("c1", 5, 4, 5, 6, 7)}},
+			"member c1 is at epoch 5 in a Stable group, whose assignment epoch is 7"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := describedProblem(fromConsumerGroup(c.group), held)
+			switch {
+			case c.want == "" && got != "":
+				t.Fatalf("problem %q, want none", got)
+			case c.want != "" && !strings.Contains(got, c.want):
+				t.Fatalf("problem %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// Each protocol has its own group, and an unknown one is refused.
+func TestKafka_ProtocolGroupAndCheck(t *testing.T) {
+	for _, c := range []struct{ protocol, group string }{{"", KafkaGroup}, {KafkaClassic, KafkaGroup}, {KafkaConsumer, KafkaConsumerGroup}} {
+		w := &Kafka{Protocol: c.protocol}
+		w.init()
+		if got := w.group(); got != c.group {
+			t.Errorf("protocol %q: group %q, want %q", c.protocol, got, c.group)
+		}
+		if err := CheckKafkaProtocol(c.protocol); err != nil {
+			t.Errorf("protocol %q refused: %v", c.protocol, err)
+		}
+	}
+	if err := CheckKafkaProtocol("kip848"); err == nil || !strings.Contains(err.Error(), `unknown group protocol "kip848"`) {
+		t.Fatalf("CheckKafkaProtocol(kip848) = %v, want an unknown protocol", err)
+	}
+}
+
+// The summary names the protocol and the group; a consumer group's commits
+// are fenced by member epochs, not generations, and their number counts no
+// rebalances.
+func TestKafkaVerdict_NamesProtocolAndEpochs(t *testing.T) {
+	classic := &Kafka{Log: slog.New(slog.DiscardHandler)}
+	classic.init()
+	classic.record(map[int32]int64{0: 1}, commitRequest(3), commitAnswer(map[int32]int64{0: 1}, nil), nil)
+	classic.record(map[int32]int64{0: 2}, commitRequest(5), commitAnswer(map[int32]int64{0: 2}, nil), nil)
+	summary, _ := classic.Verdict()
+	for _, s := range []string{"kafka workload (classic protocol, 4 kgo consumers of kafka-billing on kafka-orders)", "1 rebalances seen (commits in 2 generations, 3-5)"} {
+		if !strings.Contains(summary, s) {
+			t.Errorf("classic summary %q does not say %q", summary, s)
+		}
+	}
+
+	consumer := &Kafka{Log: slog.New(slog.DiscardHandler), Protocol: KafkaConsumer}
+	consumer.init()
+	for i, epoch := range []int32{2, 4, 9} {
+		o := map[int32]int64{int32(i): 1}
+		consumer.record(o, commitRequest(epoch), commitAnswer(o, nil), nil)
+	}
+	summary, _ = consumer.Verdict()
+	for _, s := range []string{"kafka workload (consumer protocol (KIP-848), 4 kgo consumers of kafka-billing-kip848 on kafka-orders)", "3 acknowledged", "commits fenced by 3 member epochs (2-9)"} {
+		if !strings.Contains(summary, s) {
+			t.Errorf("consumer summary %q does not say %q", summary, s)
+		}
+	}
+	if strings.Contains(summary, "generation") || strings.Contains(summary, "rebalances") {
+		t.Errorf("consumer summary %q speaks of generations or rebalances", summary)
 	}
 }

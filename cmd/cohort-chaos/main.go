@@ -31,6 +31,7 @@ import (
 	"github.com/cohortlabs/cohort/chaos/history"
 	"github.com/cohortlabs/cohort/chaos/nemesis"
 	"github.com/cohortlabs/cohort/chaos/report"
+	"github.com/cohortlabs/cohort/chaos/workload"
 )
 
 func main() { os.Exit(run()) }
@@ -49,6 +50,7 @@ func run() int {
 	fs.BoolVar(&o.NoMemberFaults, "no-member-faults", false, "groups workload without its member faults: a second process taking a static member's instance ID while the first runs, JoinGroup calls cut while parked at the barrier")
 	fs.BoolVar(&o.Hostile, "hostile", false, "mix oversized, near-budget and malformed requests into the run, and with TLS calls authorization must refuse (every one must be refused as promised)")
 	fs.BoolVar(&o.Kafka, "kafka", false, "add kgo consumers of one group through the nodes' Kafka listeners (every acknowledged commit must be kept, and after recovery every partition held once)")
+	fs.StringVar(&o.KafkaProtocol, "kafka-protocol", "classic", "the --kafka consumers' group protocol: classic (JoinGroup/SyncGroup, cooperative-sticky) or consumer (KIP-848, the coordinator assigns)")
 	fs.BoolVar(&useTLS, "tls", true, "run the cluster with mutual TLS on every node-to-node and client connection (a CA and certificates made for the run); --tls=false runs plaintext")
 	fs.Uint64Var(&seed, "seed", 0, "schedule seed (0: drawn from the clock; printed either way)")
 	fs.StringVar(&o.Mode, "mode", "auto", "auto (netns when possible), netns, or local (loopback; kill and pause only)")
@@ -71,6 +73,10 @@ func run() int {
 	o.Seed = seed
 	o.Plaintext = !useTLS
 	o.CI = os.Getenv("CI") == "true"
+	if err := workload.CheckKafkaProtocol(o.KafkaProtocol); err != nil {
+		fmt.Fprintln(os.Stderr, "cohort-chaos: --kafka-protocol:", err)
+		return 2
+	}
 
 	if cleanup {
 		if err := cluster.CleanupIdle(o.Instance, slog.Default()); err != nil {
