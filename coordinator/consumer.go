@@ -62,6 +62,13 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 	if err := e.awaitServing(ctx); err != nil {
 		return nil, err
 	}
+	// The leader writes under the oldest rules any server applies, and
+	// consumer groups need rules 5: until every server has registered a
+	// cohortd that applies them (a fresh cluster's first second, or a
+	// rolling upgrade), the answer is one Kafka clients retry.
+	if r, ok := e.raft.(interface{ CommandRules() uint32 }); ok && r.CommandRules() < 5 {
+		return nil, errcode.Errorf(errcode.CoordinatorNotAvailable, "consumer groups need command rules 5 and the cluster writes under rules %d until every server has registered a cohortd that applies them: retry", r.CommandRules())
+	}
 	if hb.GetMemberEpoch() > 0 {
 		var quiet *fsm.ConsumerResult
 		e.fsm.Read(func(s *fsm.State) {

@@ -438,3 +438,36 @@ func TestWire_ConsumerGroupDeadlines(t *testing.T) {
 		return state == fsm.ConsumerEmpty, "state " + state
 	})
 }
+
+// TestWire_ConsumerGroupsWaitForRules5: while a server of the cluster
+// applies only command rules 4 (a rolling upgrade, or a fresh cluster
+// whose nodes have not all registered), a consumer group heartbeat is
+// answered COORDINATOR_NOT_AVAILABLE, which Kafka clients retry, and
+// nothing is written; once every server applies rules 5 the same
+// heartbeat joins.
+func TestWire_ConsumerGroupsWaitForRules5(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "orders", 2)
+	follower := (c.Leader() + 1) % len(c.Nodes)
+	if err := c.Nodes[follower].FSM.LimitRules(4); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Nodes[c.Leader()]
+	testcluster.WaitFor(t, 30*time.Second, "the leader to write under rules 4", func() (bool, string) {
+		return leader.Node.CommandRules() == 4, fmt.Sprintf("rules %d", leader.Node.CommandRules())
+	})
+	r := dial(t, c.KafkaAddr(c.Leader()))
+	if resp := cgh(r, "upgrading", "m1", 0, []string{"orders"}, nil, 30_000); resp.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+		t.Fatalf("a join under rules 4: error %d, want COORDINATOR_NOT_AVAILABLE (retriable)", resp.ErrorCode)
+	}
+	if _, ok := leader.FSM.Group("upgrading"); ok {
+		t.Fatal("a refused join created a group")
+	}
+	if err := c.Nodes[follower].FSM.LimitRules(fsm.CommandVersion); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.WaitFor(t, 30*time.Second, "the join once every server applies rules 5", func() (bool, string) {
+		resp := cgh(r, "upgrading", "m1", 0, []string{"orders"}, nil, 30_000)
+		return resp.ErrorCode == 0 && held(resp) == 2, fmt.Sprintf("error %d, %d partitions", resp.ErrorCode, held(resp))
+	})
+}
