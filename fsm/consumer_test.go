@@ -248,3 +248,38 @@ func TestConsumer_ConvergesAndStaysDisjoint(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumer_TopicChangesMoveTheEpoch: a topic created, grown or deleted
+// under a consumer group's subscription gives the group a new epoch whose
+// targets cover the topic's new partitions (none once it is deleted), and
+// the members reconcile to them.
+func TestConsumer_TopicChangesMoveTheEpoch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.ok(at(1, createTopic{"t", 2}))
+	res := h.ok(at(2, hb{group: "g", member: "a", topics: []string{"t", "later"}}))
+	epoch := res.Consumer.Epoch
+	steps := []struct {
+		cmd  isKind
+		want int // partitions a holds once reconciled
+	}{
+		{createTopic{"later", 3}, 5},
+		{addPartitions{"t", 4}, 7},
+		{deleteTopic("later"), 4},
+	}
+	for i, st := range steps {
+		h.ok(at(int64(10*i+3), st.cmd))
+		g := consumerGroup(t, h, "g")
+		if g.Epoch <= epoch {
+			t.Fatalf("step %d: the group stayed at epoch %d", i, g.Epoch)
+		}
+		a, _ := g.Member("a")
+		// a confirms what it holds; a second heartbeat takes the rest.
+		res = h.ok(at(int64(10*i+4), hb{group: "g", member: "a", epoch: epoch, owned: owned(a.Assigned)}))
+		res = h.ok(at(int64(10*i+5), hb{group: "g", member: "a", epoch: res.Consumer.Epoch, owned: owned(res.Consumer.Assigned)}))
+		if res.Consumer.Epoch != g.Epoch || res.Consumer.Assigned.Len() != st.want {
+			t.Fatalf("step %d: a at epoch %d with %d partitions, want epoch %d with %d", i, res.Consumer.Epoch, res.Consumer.Assigned.Len(), g.Epoch, st.want)
+		}
+		epoch = res.Consumer.Epoch
+	}
+}

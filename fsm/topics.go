@@ -84,7 +84,8 @@ func (s *State) addPartitions(now int64, c *fsmv1.AddPartitions) *ApplyResult {
 // topicResized follows topic's partition count going from old to n (0:
 // the topic does not exist) in every group with a member subscribed to
 // it: its subscribed partitions change, and (rebalance) a settled group
-// rebalances, since its plan no longer fits.
+// rebalances, since its plan no longer fits. Every consumer group
+// subscribed to it moves to a new epoch.
 func (s *State) topicResized(now int64, topic string, old, n int32, rebalance bool) {
 	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
 		if count(&s.groups[id].ix.topics, topic) == 0 {
@@ -94,6 +95,13 @@ func (s *State) topicResized(now int64, topic string, old, n int32, rebalance bo
 		g.ix.size.subscribed += int64(n) - int64(old)
 		if rebalance && (g.State == Stable || g.State == CompletingRebalance) {
 			s.prepareRebalance(now, g)
+		}
+	}
+	// A consumer group (rules 5) whose members subscribe to the topic gets
+	// a new epoch, its targets computed for the topic's new size.
+	for _, g := range s.ConsumerGroups() {
+		if slices.ContainsFunc(g.Members, func(m *ConsumerMember) bool { return slices.Contains(m.Topics, topic) }) {
+			s.putConsumerGroup(g.ID, s.rebalanced(now, g, slices.Clone(g.Members), g.Assignor))
 		}
 	}
 }
