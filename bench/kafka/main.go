@@ -1,7 +1,7 @@
 // Command kafka-bench measures Cohort's Kafka listener beside franz-go's
 // kfake with the same kgo clients, in one process and one run (issue 15):
-// the time a classic consumer group takes to rebalance when one member
-// joins, at several group sizes, and standalone offset commits per second
+// the time a consumer group (classic, or KIP-848 with --protocol consumer)
+// takes to rebalance when one member joins, at several group sizes, and standalone offset commits per second
 // at several concurrencies. It lives in its own module so that kfake never
 // enters the product's go.mod.
 //
@@ -31,7 +31,9 @@ import (
 type options struct {
 	sizes         string
 	rounds        int
+	protocol      string
 	heartbeat     time.Duration
+	consumerHB    time.Duration
 	balancer      string
 	partitions    int
 	roundTimeout  time.Duration
@@ -50,8 +52,10 @@ type options struct {
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.sizes, "sizes", "10,100,1000", "comma-separated group sizes (members before the first added one) for the rebalance measurement")
 	fs.IntVar(&o.rounds, "rounds", 3, "rebalances measured per size, each adding one member to the group")
-	fs.DurationVar(&o.heartbeat, "heartbeat", 3*time.Second, "the consumers' heartbeat interval (kgo's default 3s); members learn of a rebalance on their next heartbeat")
-	fs.StringVar(&o.balancer, "balancer", "cooperative-sticky", "the consumers' balancer: cooperative-sticky (kgo's default), sticky, range or roundrobin")
+	fs.StringVar(&o.protocol, "protocol", "classic", "the consumers' group protocol: classic (JoinGroup/SyncGroup) or consumer (KIP-848 ConsumerGroupHeartbeat, kgo's ServerSideBalancer)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 3*time.Second, "with --protocol classic, the consumers' heartbeat interval (kgo's default 3s); members learn of a rebalance on their next heartbeat")
+	fs.DurationVar(&o.consumerHB, "consumer-heartbeat", 5*time.Second, "the heartbeat interval both coordinators tell KIP-848 members (Cohort's coordinator ConsumerHeartbeatInterval, kfake's group.consumer.heartbeat.interval.ms; both default 5s); below the 45s session timeout")
+	fs.StringVar(&o.balancer, "balancer", "", "the consumers' balancer; classic: cooperative-sticky (the default, kgo's), sticky, range or roundrobin; consumer: uniform (the default: kgo's StickyBalancer) or range, the server assignor the members ask for")
 	fs.IntVar(&o.partitions, "partitions", 0, "partitions of each rebalance topic (0: max(64, size+rounds), so that every member holds at least one)")
 	fs.DurationVar(&o.roundTimeout, "round-timeout", 2*time.Minute, "bound on a group's forming and on each measured rebalance")
 	fs.StringVar(&o.concurrency, "concurrency", "1,16,256", "comma-separated numbers of concurrent committers")
@@ -78,8 +82,10 @@ func (o options) validate() (sizes, concs []int, err error) {
 			return nil, nil, err
 		}
 	}
-	_, berr := balancer(o.balancer)
+	_, _, berr := balancer(o.protocol, o.balancer)
 	switch {
+	case o.protocol != "classic" && o.protocol != "consumer":
+		return nil, nil, fmt.Errorf("--protocol %q: want classic or consumer", o.protocol)
 	case o.skipRebalance && o.skipCommits:
 		return nil, nil, errors.New("--skip-rebalance and --skip-commits: nothing to measure")
 	case berr != nil:
@@ -88,6 +94,8 @@ func (o options) validate() (sizes, concs []int, err error) {
 		return nil, nil, fmt.Errorf("--rounds %d: want at least 1", o.rounds)
 	case o.heartbeat <= 0:
 		return nil, nil, fmt.Errorf("--heartbeat %s: want more than 0", o.heartbeat)
+	case o.consumerHB < time.Millisecond || o.consumerHB >= consumerSessionTimeout:
+		return nil, nil, fmt.Errorf("--consumer-heartbeat %s: want at least 1ms and below the %s session timeout", o.consumerHB, consumerSessionTimeout)
 	case o.partitions < 0:
 		return nil, nil, fmt.Errorf("--partitions %d: want 0 or more", o.partitions)
 	case o.roundTimeout <= 0:
@@ -104,19 +112,31 @@ func (o options) validate() (sizes, concs []int, err error) {
 	return sizes, concs, nil
 }
 
-// balancer is the kgo balancer a --balancer name stands for.
-func balancer(name string) (kgo.GroupBalancer, error) {
-	switch name {
-	case "cooperative-sticky":
-		return kgo.CooperativeStickyBalancer(), nil
-	case "sticky":
-		return kgo.StickyBalancer(), nil
-	case "range":
-		return kgo.RangeBalancer(), nil
-	case "roundrobin":
-		return kgo.RoundRobinBalancer(), nil
+// balancer is the kgo balancer a --balancer name stands for under
+// protocol, and the name the report gives it. Under consumer the balancer
+// only picks the server assignor kgo asks for: StickyBalancer asks for
+// "uniform", RangeBalancer for "range".
+func balancer(protocol, name string) (kgo.GroupBalancer, string, error) {
+	if protocol == "consumer" {
+		switch name {
+		case "", "uniform":
+			return kgo.StickyBalancer(), "uniform", nil
+		case "range":
+			return kgo.RangeBalancer(), "range", nil
+		}
+		return nil, "", fmt.Errorf("--balancer %q with --protocol consumer: want uniform or range", name)
 	}
-	return nil, fmt.Errorf("--balancer %q: want cooperative-sticky, sticky, range or roundrobin", name)
+	switch name {
+	case "", "cooperative-sticky":
+		return kgo.CooperativeStickyBalancer(), "cooperative-sticky", nil
+	case "sticky":
+		return kgo.StickyBalancer(), name, nil
+	case "range":
+		return kgo.RangeBalancer(), name, nil
+	case "roundrobin":
+		return kgo.RoundRobinBalancer(), name, nil
+	}
+	return nil, "", fmt.Errorf("--balancer %q: want cooperative-sticky, sticky, range or roundrobin", name)
 }
 
 func main() {
@@ -164,7 +184,7 @@ func measure(ctx context.Context, o options, sizes, concs []int, out io.Writer) 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	targets, err := startTargets(ctx, dir, o.kfakeBrokers)
+	targets, err := startTargets(ctx, dir, o.kfakeBrokers, o.consumerHB)
 	if err != nil {
 		return err
 	}

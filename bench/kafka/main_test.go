@@ -36,24 +36,27 @@ func positive(cell, unit string) bool {
 	return strings.HasSuffix(cell, unit) && err == nil && n > 0
 }
 
-// The report must be what `cohort-bench plot --in` reads: cohort-bench's
-// JSON shape, one table per measurement with the targets' columns side by
-// side, and cells whose leading number is the figure.
-func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
-	o := testOptions(t)
+// benchReport is cohort-bench's --json shape, as `cohort-bench plot --in`
+// reads it.
+type benchReport struct {
+	Command string    `json:"command"`
+	Started time.Time `json:"started"`
+	Notes   []string  `json:"notes"`
+	Tables  []struct {
+		Columns []string   `json:"columns"`
+		Rows    [][]string `json:"rows"`
+	} `json:"tables"`
+}
+
+// runJSON runs o with --json and decodes the report, checking what every
+// report has: the command, its start, the targets and the load average
+// before and after.
+func runJSON(t *testing.T, o options) (r benchReport, notes string) {
+	t.Helper()
 	o.json = true
 	var out bytes.Buffer
 	if err := run(context.Background(), o, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	var r struct {
-		Command string    `json:"command"`
-		Started time.Time `json:"started"`
-		Notes   []string  `json:"notes"`
-		Tables  []struct {
-			Columns []string   `json:"columns"`
-			Rows    [][]string `json:"rows"`
-		} `json:"tables"`
 	}
 	dec := json.NewDecoder(&out)
 	dec.DisallowUnknownFields()
@@ -63,20 +66,17 @@ func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
 	if r.Command != "kafka-bench" || r.Started.IsZero() {
 		t.Errorf("command %q, started %v: want kafka-bench and the run's start", r.Command, r.Started)
 	}
-	notes := strings.Join(r.Notes, "\n")
+	notes = strings.Join(r.Notes, "\n")
 	if strings.Count(notes, "load average ") != 2 || !strings.Contains(r.Notes[0], "kfake") || !strings.Contains(r.Notes[0], "fsync on") {
 		t.Errorf("notes %q: want the targets and the load average before and after", r.Notes)
 	}
-	for _, want := range []string{"balancer cooperative-sticky", "rebalance cohort, 2 members: formed", "rebalance kfake, 2 members: formed",
-		"generations per round [2]", "Raft term", "OffsetCommit v8"} {
-		if !strings.Contains(notes, want) {
-			t.Errorf("notes %q: want %q", r.Notes, want)
-		}
-	}
-	if len(r.Tables) != 2 {
-		t.Fatalf("%d tables, want rebalance and commits", len(r.Tables))
-	}
+	return r, notes
+}
 
+// checkRebalanceTable checks the rebalance table of a run of one size, 2
+// members: both targets' columns side by side, every cell a figure.
+func checkRebalanceTable(t *testing.T, r benchReport) {
+	t.Helper()
 	reb := r.Tables[0]
 	wantReb := []string{"members", "cohort median", "cohort max", "kfake median", "kfake max", "median ratio",
 		"cohort after last join", "kfake after last join", "after last join ratio"}
@@ -91,6 +91,23 @@ func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
 			t.Errorf("%s %q: want a positive figure in%s", wantReb[i], reb.Rows[0][i], unit)
 		}
 	}
+}
+
+// The report must be what `cohort-bench plot --in` reads: cohort-bench's
+// JSON shape, one table per measurement with the targets' columns side by
+// side, and cells whose leading number is the figure.
+func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
+	r, notes := runJSON(t, testOptions(t))
+	for _, want := range []string{"classic protocol, balancer cooperative-sticky", "rebalance cohort, 2 members: formed", "rebalance kfake, 2 members: formed",
+		"generations per round [2]", "Raft term", "OffsetCommit v8"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q: want %q", r.Notes, want)
+		}
+	}
+	if len(r.Tables) != 2 {
+		t.Fatalf("%d tables, want rebalance and commits", len(r.Tables))
+	}
+	checkRebalanceTable(t, r)
 
 	com := r.Tables[1]
 	wantCom := []string{"C", "cohort ops/s", "cohort p50", "cohort p99", "kfake ops/s", "kfake p50", "kfake p99",
@@ -110,6 +127,34 @@ func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
 			t.Errorf("%s %q: want a positive figure", wantCom[i], row[i])
 		}
 	}
+}
+
+// --protocol consumer measures KIP-848 groups on both targets (kfake
+// serves ConsumerGroupHeartbeat): the same table, the notes naming the
+// protocol, the server assignor, the heartbeat interval each coordinator
+// gives and the member epochs each round moved; no member may fall back to
+// the classic protocol.
+func TestRun_ConsumerProtocol_MeasuresKIP848OnBothTargets(t *testing.T) {
+	o := testOptions(t)
+	o.protocol = "consumer"
+	o.consumerHB = 100 * time.Millisecond
+	o.skipCommits = true
+	r, notes := runJSON(t, o)
+	for _, want := range []string{"consumer protocol (KIP-848", "server assignor uniform", "cohort 100ms", "kfake 100ms",
+		"rebalance cohort, 2 members: formed", "rebalance kfake, 2 members: formed", "member epochs moved per round [", "Raft term"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q: want %q", r.Notes, want)
+		}
+	}
+	for _, unwanted := range []string{"classic protocol", "not stable", "fell back"} {
+		if strings.Contains(notes, unwanted) {
+			t.Errorf("notes %q: want no %q", r.Notes, unwanted)
+		}
+	}
+	if len(r.Tables) != 1 {
+		t.Fatalf("%d tables, want the rebalance one (--skip-commits)", len(r.Tables))
+	}
+	checkRebalanceTable(t, r)
 }
 
 // Without --json the report is aligned text, one row per concurrency;
@@ -166,12 +211,19 @@ func TestParseInts(t *testing.T) {
 
 func TestRun_RefusesBadOptions(t *testing.T) {
 	for name, mod := range map[string]func(*options){
-		"no duration":   func(o *options) { o.duration = 0 },
-		"no clients":    func(o *options) { o.clients = 0 },
-		"no rounds":     func(o *options) { o.rounds = 0 },
-		"bad sizes":     func(o *options) { o.sizes = "1,,2" },
-		"bad balancer":  func(o *options) { o.balancer = "sticky-ish" },
-		"nothing to do": func(o *options) { o.skipRebalance, o.skipCommits = true, true },
+		"no duration":     func(o *options) { o.duration = 0 },
+		"no clients":      func(o *options) { o.clients = 0 },
+		"no rounds":       func(o *options) { o.rounds = 0 },
+		"bad sizes":       func(o *options) { o.sizes = "1,,2" },
+		"bad balancer":    func(o *options) { o.balancer = "sticky-ish" },
+		"bad protocol":    func(o *options) { o.protocol = "next-gen" },
+		"classic uniform": func(o *options) { o.balancer = "uniform" },
+		"consumer cooperative": func(o *options) {
+			o.protocol, o.balancer = "consumer", "cooperative-sticky"
+		},
+		"no consumer heartbeat":        func(o *options) { o.consumerHB = 0 },
+		"consumer heartbeat ≥ session": func(o *options) { o.consumerHB = consumerSessionTimeout },
+		"nothing to do":                func(o *options) { o.skipRebalance, o.skipCommits = true, true },
 	} {
 		o := testOptions(t)
 		mod(&o)

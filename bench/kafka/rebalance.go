@@ -32,6 +32,14 @@ import (
 // also gives the time from the last JoinGroup any member wrote (a kgo
 // broker-write hook) to the end: the coordinator's own part, as
 // cohort-bench's "after last rejoin".
+//
+// With --protocol consumer (KIP-848) there is no SyncGroup: a member is
+// told its member epoch in every ConsumerGroupHeartbeat answer (kgo's
+// GroupMetadata), and the coordinator moves each member to the group's
+// newest epoch once it holds nothing another member is to get. The group
+// is stable when every member has been told the same epoch, newer than the
+// last round's, and the members hold every partition exactly once (the
+// same callbacks). A join is a heartbeat at member epoch 0.
 
 // pollInterval is how often the members' state is checked: the
 // resolution of a rebalance time.
@@ -62,26 +70,77 @@ func phase(r int) float64 {
 
 // member is one kgo consumer of the group and what its callbacks said.
 type member struct {
-	cl *kgo.Client
+	// cl is set once the client is created; the write hook may run
+	// before.
+	cl atomic.Pointer[kgo.Client]
+	// consumer: the member uses the KIP-848 protocol.
+	consumer bool
 
 	mu sync.Mutex
 	// gen is the generation of the member's last completed SyncGroup
 	// (kgo calls OnPartitionsAssigned after every one, with nothing new
-	// too); -1 before the first.
+	// too); -1 before the first. Classic only.
 	gen  int32
 	held map[int32]struct{}
 
-	// lastJoin is when the member last wrote a JoinGroup request (Unix
+	// lastJoin is when the member last wrote a JoinGroup request, or
+	// under consumer a ConsumerGroupHeartbeat at member epoch 0 (Unix
 	// nanoseconds).
 	lastJoin atomic.Int64
+	// classicJoin: a consumer member wrote a JoinGroup, so kgo fell back
+	// to the classic protocol (the target does not serve KIP-848).
+	classicJoin atomic.Bool
 }
 
-// OnBrokerWrite is kgo's HookBrokerWrite: it notes when a JoinGroup
-// request went out.
+// OnBrokerWrite is kgo's HookBrokerWrite: it notes when a join went out.
 func (m *member) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
-	if key == kmsg.JoinGroup.Int16() && err == nil {
+	if err != nil {
+		return
+	}
+	switch {
+	case key == kmsg.JoinGroup.Int16() && m.consumer:
+		m.classicJoin.Store(true)
+	case key == kmsg.JoinGroup.Int16():
+		m.lastJoin.Store(time.Now().UnixNano())
+	case key == kmsg.ConsumerGroupHeartbeat.Int16() && m.consumer && m.epoch() < 0:
+		// kgo stores the answer's epoch only after the write, so an
+		// epoch not yet above 0 here is this request's: a join.
 		m.lastJoin.Store(time.Now().UnixNano())
 	}
+}
+
+// epoch is the member epoch kgo was last told (consumer only), -1 before
+// the member joined. kgo keeps 0 while joining.
+func (m *member) epoch() int32 {
+	cl := m.cl.Load()
+	if cl == nil {
+		return -1
+	}
+	if _, e := cl.GroupMetadata(); e > 0 {
+		return e
+	}
+	return -1
+}
+
+// state is what the member agrees on with the others, the generation of
+// its last SyncGroup (classic) or its member epoch (consumer), and calls
+// each partition it holds with mu held. A classic member's generation is
+// read in the same critical section as its partitions: its callback
+// changes both at once.
+func (m *member) state(each func(p int32)) int32 {
+	epoch := int32(-1)
+	if m.consumer {
+		epoch = m.epoch()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := range m.held {
+		each(p)
+	}
+	if m.consumer {
+		return epoch
+	}
+	return m.gen
 }
 
 func (m *member) assigned(_ context.Context, cl *kgo.Client, tps map[string][]int32) {
@@ -111,6 +170,7 @@ type consumerGroup struct {
 	t          *target
 	name       string // group and topic
 	partitions int
+	consumer   bool // KIP-848 members
 	opts       []kgo.Opt
 
 	mu      sync.Mutex
@@ -119,7 +179,7 @@ type consumerGroup struct {
 
 // join creates one more member.
 func (g *consumerGroup) join() error {
-	m := &member{gen: -1, held: map[int32]struct{}{}}
+	m := &member{consumer: g.consumer, gen: -1, held: map[int32]struct{}{}}
 	opts := append(slices.Clone(g.opts),
 		kgo.OnPartitionsAssigned(m.assigned),
 		kgo.OnPartitionsRevoked(m.revoked),
@@ -130,7 +190,7 @@ func (g *consumerGroup) join() error {
 	if err != nil {
 		return fmt.Errorf("%s: consumer: %w", g.t.name, err)
 	}
-	m.cl = cl
+	m.cl.Store(cl)
 	g.mu.Lock()
 	g.members = append(g.members, m)
 	g.mu.Unlock()
@@ -149,30 +209,28 @@ func (g *consumerGroup) close() {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			m.cl.Close()
+			m.cl.Load().Close()
 		})
 	}
 	wg.Wait()
 }
 
-// stable reports whether every member has synced the same generation,
-// newer than after, and the members hold every partition exactly once;
-// gen is that generation.
+// stable reports whether every member has synced the same generation
+// (consumer: been told the same member epoch), newer than after, and the
+// members hold every partition exactly once; gen is that generation.
 func (g *consumerGroup) stable(after int32) (gen int32, ok bool) {
 	g.mu.Lock()
 	ms := g.members
 	g.mu.Unlock()
 	owners := make([]int, g.partitions)
 	gen = -1
-	for i, m := range ms {
-		m.mu.Lock()
-		mg := m.gen
-		for p := range m.held {
-			if int(p) < len(owners) {
-				owners[p]++
-			}
+	count := func(p int32) {
+		if int(p) < len(owners) {
+			owners[p]++
 		}
-		m.mu.Unlock()
+	}
+	for i, m := range ms {
+		mg := m.state(count)
 		if i == 0 {
 			gen = mg
 		}
@@ -200,6 +258,29 @@ func (g *consumerGroup) lastJoin() time.Time {
 	return time.Unix(0, last)
 }
 
+// classicJoins is how many consumer members fell back to the classic
+// protocol.
+func (g *consumerGroup) classicJoins() int {
+	g.mu.Lock()
+	ms := g.members
+	g.mu.Unlock()
+	n := 0
+	for _, m := range ms {
+		if m.classicJoin.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// genWord is what the members agree on under the group's protocol.
+func (g *consumerGroup) genWord() string {
+	if g.consumer {
+		return "member epoch"
+	}
+	return "generation"
+}
+
 // describe says how far the group is from stable, for a timeout's error.
 func (g *consumerGroup) describe() string {
 	g.mu.Lock()
@@ -207,15 +288,13 @@ func (g *consumerGroup) describe() string {
 	g.mu.Unlock()
 	gens := map[int32]int{}
 	owners := make([]int, g.partitions)
-	for _, m := range ms {
-		m.mu.Lock()
-		gens[m.gen]++
-		for p := range m.held {
-			if int(p) < len(owners) {
-				owners[p]++
-			}
+	count := func(p int32) {
+		if int(p) < len(owners) {
+			owners[p]++
 		}
-		m.mu.Unlock()
+	}
+	for _, m := range ms {
+		gens[m.state(count)]++
 	}
 	var parts []string
 	for _, gen := range slices.Sorted(func(yield func(int32) bool) {
@@ -225,7 +304,7 @@ func (g *consumerGroup) describe() string {
 			}
 		}
 	}) {
-		parts = append(parts, fmt.Sprintf("%d at generation %d", gens[gen], gen))
+		parts = append(parts, fmt.Sprintf("%d at %s %d", gens[gen], g.genWord(), gen))
 	}
 	var unowned, shared int
 	for _, n := range owners {
@@ -253,7 +332,7 @@ func (g *consumerGroup) waitStable(ctx context.Context, after int32, timeout tim
 		}
 		select {
 		case <-ctx.Done():
-			return -1, fmt.Errorf("not stable after generation %d within %s: %s", after, timeout, g.describe())
+			return -1, fmt.Errorf("not stable after %s %d within %s: %s", g.genWord(), after, timeout, g.describe())
 		case <-tick.C:
 		}
 	}
@@ -264,7 +343,7 @@ type groupResult struct {
 	formed   time.Duration   // from the first client's creation to the first stable generation
 	rounds   []time.Duration // each measured rebalance
 	afters   []time.Duration // each round's time after the last JoinGroup written
-	gens     []int32         // generations each round went through (a cooperative balancer's rebalance is two)
+	gens     []int32         // generations (consumer: member epochs) each round went through (a cooperative balancer's rebalance is two)
 	closeDur time.Duration   // closing every member
 	rssMiB   int             // the process's resident memory with the group formed, -1 unknown
 	err      error
@@ -283,14 +362,23 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 		res.err = err
 		return res
 	}
-	g := &consumerGroup{t: t, name: name, partitions: partitions, opts: []kgo.Opt{
+	consumer := o.protocol == "consumer"
+	g := &consumerGroup{t: t, name: name, partitions: partitions, consumer: consumer, opts: []kgo.Opt{
 		kgo.SeedBrokers(t.seeds...),
 		kgo.ConsumerGroup(name),
 		kgo.ConsumeTopics(name),
 		kgo.Balancers(bal),
-		kgo.HeartbeatInterval(o.heartbeat),
 		kgo.DisableAutoCommit(),
 	}}
+	// A KIP-848 member heartbeats at the interval the coordinator's
+	// answers give it; kgo's own is only for a coordinator that gives none.
+	interval := o.heartbeat
+	if consumer {
+		g.opts = append(g.opts, kgo.ServerSideBalancer())
+		interval = o.consumerHB
+	} else {
+		g.opts = append(g.opts, kgo.HeartbeatInterval(o.heartbeat))
+	}
 	defer func() {
 		start := time.Now()
 		g.close()
@@ -310,12 +398,16 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 	}
 	res.formed = time.Since(start)
 	res.rssMiB = rssMiB()
+	if err := g.checkProtocol(); err != nil {
+		res.err = fmt.Errorf("%s, %d members forming: %w", t.name, size, err)
+		return res
+	}
 	for r := range o.rounds {
 		select {
 		case <-ctx.Done():
 			res.err = ctx.Err()
 			return res
-		case <-time.After(settle + time.Duration(phase(r)*float64(o.heartbeat))):
+		case <-time.After(settle + time.Duration(phase(r)*float64(interval))):
 		}
 		start := time.Now()
 		if err := g.join(); err != nil {
@@ -328,6 +420,10 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 			return res
 		}
 		end := time.Now()
+		if err := g.checkProtocol(); err != nil {
+			res.err = fmt.Errorf("%s, %d members, round %d: %w", t.name, size+r, r+1, err)
+			return res
+		}
 		res.rounds = append(res.rounds, end.Sub(start))
 		res.afters = append(res.afters, end.Sub(g.lastJoin()))
 		res.gens = append(res.gens, next-gen)
@@ -336,15 +432,34 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 	return res
 }
 
+// checkProtocol fails a consumer group any of whose members fell back to
+// the classic protocol: its rounds would not be KIP-848's.
+func (g *consumerGroup) checkProtocol() error {
+	if !g.consumer {
+		return nil
+	}
+	if n := g.classicJoins(); n > 0 {
+		return fmt.Errorf("%d member(s) fell back to the classic protocol (wrote a JoinGroup): the target does not serve KIP-848 to kgo", n)
+	}
+	return nil
+}
+
 // measureRebalances measures every size on every target, Cohort first,
 // and writes one row per size.
 func measureRebalances(ctx context.Context, o options, sizes []int, targets []*target, out io.Writer) error {
-	bal, err := balancer(o.balancer)
+	bal, balName, err := balancer(o.protocol, o.balancer)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "rebalance: classic protocol, balancer %s, heartbeat %s, one member added per round, %d rounds per size, each starting at its own phase of the heartbeat interval (the same on both targets); time from the new client's creation until every member has synced one newer generation and the partitions are held exactly once (polled every %s); after last join: from the last JoinGroup any member wrote to that moment\n",
-		o.balancer, o.heartbeat, o.rounds, pollInterval)
+	gensNote := "generations per round"
+	if o.protocol == "consumer" {
+		gensNote = "member epochs moved per round"
+		fmt.Fprintf(out, "rebalance: consumer protocol (KIP-848, kgo ServerSideBalancer), server assignor %s, heartbeat interval the coordinators give the members: cohort %s (coordinator ConsumerHeartbeatInterval), kfake %s (group.consumer.heartbeat.interval.ms), one member added per round, %d rounds per size, each starting at its own phase of that interval (the same on both targets); time from the new client's creation until every member has been told the same, newer member epoch and the partitions are held exactly once (polled every %s); after last join: from the last ConsumerGroupHeartbeat at member epoch 0 (a join) any member wrote to that moment, which leaves out only the new client's bootstrap: existing members do not rejoin\n",
+			balName, o.consumerHB, o.consumerHB, o.rounds, pollInterval)
+	} else {
+		fmt.Fprintf(out, "rebalance: classic protocol, balancer %s, heartbeat %s, one member added per round, %d rounds per size, each starting at its own phase of the heartbeat interval (the same on both targets); time from the new client's creation until every member has synced one newer generation and the partitions are held exactly once (polled every %s); after last join: from the last JoinGroup any member wrote to that moment\n",
+			balName, o.heartbeat, o.rounds, pollInterval)
+	}
 	cols := []string{"members"}
 	for _, t := range targets {
 		cols = append(cols, t.name+" median", t.name+" max")
@@ -368,8 +483,8 @@ func measureRebalances(ctx context.Context, o options, sizes []int, targets []*t
 			if res.err != nil {
 				fmt.Fprintf(out, "rebalance %s, %d members: %v\n", t.name, size, res.err)
 			}
-			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; generations per round %v; all members closed in %s%s\n",
-				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), res.gens, res.closeDur.Round(time.Millisecond), termNote(t, term0))
+			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; %s %v; all members closed in %s%s\n",
+				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), gensNote, res.gens, res.closeDur.Round(time.Millisecond), termNote(t, term0))
 			if len(res.rounds) < o.rounds {
 				row = append(row, "-", "-")
 				medians, afters = append(medians, 0), append(afters, 0)

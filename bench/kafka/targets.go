@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -35,12 +36,21 @@ type target struct {
 // cohortNodes is the size of Cohort's cluster, the size cohortd is run at.
 const cohortNodes = 3
 
+// consumerSessionTimeout is both targets' default KIP-848 session timeout
+// (Cohort's coordinator.Config.ConsumerSessionTimeout, kfake's
+// group.consumer.session.timeout.ms), which the heartbeat interval must
+// stay below.
+const consumerSessionTimeout = 45 * time.Second
+
 // startTargets starts Cohort (three in-process nodes, data under dir) and
 // kfake, and waits until each names all its brokers and a controller.
-// Cohort is first: its columns come first in every row.
-func startTargets(ctx context.Context, dir string, kfakeBrokers int) ([]*target, error) {
+// Cohort is first: its columns come first in every row. consumerHB is the
+// heartbeat interval both tell KIP-848 members (classic members heartbeat
+// at their own interval, whatever it is).
+func startTargets(ctx context.Context, dir string, kfakeBrokers int, consumerHB time.Duration) ([]*target, error) {
 	cfg := coordinator.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.ConsumerHeartbeatInterval = consumerHB
 	cl, err := benchcluster.StartInProcess(ctx, benchcluster.InProcessOptions{
 		Size: cohortNodes, Dir: dir, Coordinator: cfg, Kafka: true,
 	})
@@ -62,7 +72,9 @@ func startTargets(ctx context.Context, dir string, kfakeBrokers int) ([]*target,
 		},
 		close: func() { _ = cl.Close() },
 	}
-	fake, err := kfake.NewCluster(kfake.NumBrokers(kfakeBrokers))
+	fake, err := kfake.NewCluster(kfake.NumBrokers(kfakeBrokers), kfake.BrokerConfigs(map[string]string{
+		"group.consumer.heartbeat.interval.ms": strconv.FormatInt(consumerHB.Milliseconds(), 10),
+	}))
 	if err != nil {
 		cohort.close()
 		return nil, fmt.Errorf("start kfake: %w", err)
