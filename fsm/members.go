@@ -61,6 +61,12 @@ func sameProtocols(a, b *Member) bool {
 	}) && slices.Equal(a.Topics, b.Topics)
 }
 
+// sameSubscription reports whether a and b name the same protocols, in
+// the same order, and the same topics, whatever their metadata.
+func sameSubscription(a, b *Member) bool {
+	return slices.EqualFunc(a.Protocols, b.Protocols, func(x, y Protocol) bool { return x.Name == y.Name }) && slices.Equal(a.Topics, b.Topics)
+}
+
 // joinAdmission is what joinMember decides before it changes anything.
 type joinAdmission struct {
 	g      *Group // the group; a new one (not in the state) when !exists
@@ -306,8 +312,17 @@ func (s *State) replaceStatic(now int64, g *Group, old, m *Member, res *ApplyRes
 	if g.LeaderID == old.ID {
 		g.LeaderID = m.ID
 	}
+	resubscribed := !sameProtocols(prev, m)
+	if s.rules >= 5 {
+		// (rules 5) Only what it subscribes to counts: the protocol names
+		// and the topics. A restarted Kafka consumer's metadata differs
+		// from its earlier self's in what it owned and its generation
+		// (KIP-792) even when its subscription is the same, and Kafka
+		// keeps the group Stable then.
+		resubscribed = !sameSubscription(prev, m)
+	}
 	switch {
-	case g.State != PreparingRebalance && !sameProtocols(prev, m):
+	case g.State != PreparingRebalance && resubscribed:
 		// The restarted instance subscribes differently: its old assignment
 		// no longer fits, so the group rebalances (as Kafka does).
 		s.prepareRebalance(now, g)

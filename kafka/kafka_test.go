@@ -126,15 +126,26 @@ func TestKafka_StaticMembersRestartWithoutRebalance(t *testing.T) {
 	}
 	members := []*kafkatest.Member{static(0), static(1), static(2)}
 	kafkatest.WaitBalanced(t, adm, "statics", members, partitions)
-	_, gen := members[1].Client.GroupMetadata()
-	held := slices.Sorted(slices.Values(members[1].Holding()))
+	// A member that is not the group leader: a replaced leader rebalances
+	// the group (it computes the plan), as in Kafka.
+	var g *fsm.Group
+	testcluster.WaitFor(t, 10*time.Second, "the group on the leader", func() (bool, string) {
+		g, _ = c.Nodes[c.Leader()].FSM.Group("statics")
+		return g != nil && g.State == fsm.Stable, "not Stable"
+	})
+	r := slices.IndexFunc(members, func(m *kafkatest.Member) bool {
+		leader, _ := g.Member(g.LeaderID)
+		return m.Name != leader.ClientID
+	})
+	_, gen := members[r].Client.GroupMetadata()
+	held := slices.Sorted(slices.Values(members[r].Holding()))
 
 	// Closing a static member's client does not leave the group (kgo, as
 	// Kafka's clients, leaves only dynamic members on close).
-	members[1].Stop()
-	members[1] = static(1)
+	members[r].Stop()
+	members[r] = static(r)
 	kafkatest.WaitBalanced(t, adm, "statics", members, partitions)
-	if got := slices.Sorted(slices.Values(members[1].Holding())); !slices.Equal(got, held) {
+	if got := slices.Sorted(slices.Values(members[r].Holding())); !slices.Equal(got, held) {
 		t.Fatalf("the restarted static member holds %v, before %v", got, held)
 	}
 	for _, m := range members {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"testing"
 	"time"
@@ -470,4 +471,29 @@ func TestWire_ConsumerGroupsWaitForRules5(t *testing.T) {
 		resp := cgh(r, "upgrading", "m1", 0, []string{"orders"}, nil, 30_000)
 		return resp.ErrorCode == 0 && held(resp) == 2, fmt.Sprintf("error %d, %d partitions", resp.ErrorCode, held(resp))
 	})
+}
+
+// TestWire_DescribeCluster: every node names the same brokers, by their
+// registered Kafka addresses, and the Raft leader as controller.
+func TestWire_DescribeCluster(t *testing.T) {
+	c, _ := startCluster(t)
+	leader := kafka.BrokerID(c.Nodes[c.Leader()].ID)
+	want := map[int32]string{}
+	for i, n := range c.Nodes {
+		want[kafka.BrokerID(n.ID)] = c.KafkaAddr(i)
+	}
+	for i := range c.Nodes {
+		req := kmsg.NewPtrDescribeClusterRequest()
+		req.SetVersion(1)
+		req.EndpointType = 1
+		resp := dial(t, c.KafkaAddr(i)).do(req).(*kmsg.DescribeClusterResponse)
+		got := map[int32]string{}
+		for _, b := range resp.Brokers {
+			got[b.NodeID] = fmt.Sprintf("%s:%d", b.Host, b.Port)
+		}
+		if resp.ErrorCode != 0 || resp.ControllerID != leader || resp.ClusterID != kafka.ClusterID || !maps.Equal(got, want) {
+			t.Fatalf("node %d: DescribeCluster error %d, controller %d, cluster %q, brokers %v; want controller %d, cluster %q, brokers %v",
+				i, resp.ErrorCode, resp.ControllerID, resp.ClusterID, got, leader, kafka.ClusterID, want)
+		}
+	}
 }

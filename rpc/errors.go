@@ -21,7 +21,7 @@ const ErrorDomain = "cohort.v1"
 // grpcCode is the gRPC status code each protocol error travels with.
 func grpcCode(c errcode.Code) codes.Code {
 	switch c {
-	case errcode.InvalidArgument, errcode.InvalidAssignment, errcode.InvalidSessionTimeout, errcode.InvalidPartitions:
+	case errcode.InvalidArgument, errcode.InvalidAssignment, errcode.InvalidSessionTimeout, errcode.InvalidPartitions, errcode.UnsupportedAssignor:
 		return codes.InvalidArgument
 	case errcode.GroupIDNotFound, errcode.UnknownTopicOrPartition, errcode.UnknownServer:
 		return codes.NotFound
@@ -37,7 +37,9 @@ func grpcCode(c errcode.Code) codes.Code {
 	}
 	// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
 	// FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED, NOT_OWNER, NON_EMPTY_GROUP,
-	// GROUP_SUBSCRIBED_TO_TOPIC, INCONSISTENT_GROUP_PROTOCOL, and the admin refusals SERVER_LAGGING,
+	// GROUP_SUBSCRIBED_TO_TOPIC, INCONSISTENT_GROUP_PROTOCOL, the consumer
+	// groups' FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH and
+	// UNRELEASED_INSTANCE_ID, and the admin refusals SERVER_LAGGING,
 	// QUORUM_AT_RISK, LAST_VOTER, CONFIGURATION_CONFLICT,
 	// AUTOPILOT_MANAGED: the request was fine, the group's or the
 	// cluster's state says no.

@@ -149,6 +149,11 @@ func TestGRPCCode_EveryProtocolCode(t *testing.T) {
 		errcode.ConfigurationConflict:     codes.FailedPrecondition,
 		errcode.AutopilotManaged:          codes.FailedPrecondition,
 		errcode.BudgetExceeded:            codes.ResourceExhausted,
+		errcode.GroupSubscribedToTopic:    codes.FailedPrecondition,
+		errcode.FencedMemberEpoch:         codes.FailedPrecondition,
+		errcode.UnsupportedAssignor:       codes.InvalidArgument,
+		errcode.StaleMemberEpoch:          codes.FailedPrecondition,
+		errcode.UnreleasedInstanceID:      codes.FailedPrecondition,
 	}
 	for _, c := range errcode.Codes()[1:] {
 		w, ok := want[c]
