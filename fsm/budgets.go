@@ -21,7 +21,10 @@ import (
 // again. Version 4: the state estimate that the state-bytes budget counts
 // is calibrated against the measured heap per member and per group
 // (calibratedBytes). Version 5: a node's registration records its Kafka
-// listener address (RegisterNode.kafka_address; ignored before).
+// listener address (RegisterNode.kafka_address; ignored before);
+// DeleteOffsets and ConsumerHeartbeat (KIP-848 consumer groups) exist; a
+// static member's restart rebalances only when its protocol names or topics
+// changed, not its metadata.
 const CommandVersion = 5
 
 // Budgets bound the replicated state. They are part of the state (set by a
