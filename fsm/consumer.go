@@ -79,6 +79,9 @@ type ConsumerGroup struct {
 	Assignor       string
 	Members        []*ConsumerMember // sorted by ID
 	StateChangedMs int64
+	// bytes is consumerBytes' figure, kept as members change one at a
+	// time (0: not yet measured).
+	bytes int64
 }
 
 // ConsumerMember is one member of a consumer group. Frozen.
@@ -155,26 +158,33 @@ func (s *State) ConsumerGroups() []*ConsumerGroup {
 func consumerBytes(g *ConsumerGroup) int64 {
 	n := groupBytes(g.ID, g.Assignor)
 	for _, m := range g.Members {
-		n += int64(memberOverhead + len(m.ID) + len(m.InstanceID) + len(m.RackID) + len(m.ClientID) + len(m.ClientHost) + len(m.Assignor))
-		for _, t := range m.Topics {
-			n += int64(len(t))
-		}
-		n += assignmentBytes(m.Assigned) + assignmentBytes(m.Revoking) + assignmentBytes(m.Target)
+		n += consumerMemberBytes(m)
 	}
 	return n
+}
+
+func consumerMemberBytes(m *ConsumerMember) int64 {
+	n := int64(memberOverhead + len(m.ID) + len(m.InstanceID) + len(m.RackID) + len(m.ClientID) + len(m.ClientHost) + len(m.Assignor))
+	for _, t := range m.Topics {
+		n += int64(len(t))
+	}
+	return n + assignmentBytes(m.Assigned) + assignmentBytes(m.Revoking) + assignmentBytes(m.Target)
 }
 
 // putConsumerGroup stores g (nil: removes the group id), keeping the size
 // estimate and the member count.
 func (s *State) putConsumerGroup(id string, g *ConsumerGroup) {
 	if old, ok := s.consumerGroups[id]; ok {
-		s.consumerBytes -= consumerBytes(old)
+		s.consumerBytes -= old.bytes
 		s.members -= len(old.Members)
 		delete(s.consumerGroups, id)
 	}
 	if g != nil {
+		if g.bytes == 0 {
+			g.bytes = consumerBytes(g)
+		}
 		s.consumerGroups[id] = g
-		s.consumerBytes += consumerBytes(g)
+		s.consumerBytes += g.bytes
 		s.members += len(g.Members)
 	}
 }
@@ -324,6 +334,9 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 		owned = &a
 	}
 	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
+	if g.bytes != 0 {
+		ng.bytes = g.bytes - consumerMemberBytes(old) + consumerMemberBytes(&m)
+	}
 	if changed {
 		assignor := g.Assignor
 		if m.Assignor != "" {
@@ -398,12 +411,6 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 // answers the member.
 func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment) *ApplyResult {
 	i, _ := slices.BinarySearchFunc(g.Members, id, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
-	var others Assignment
-	for j, o := range g.Members {
-		if j != i {
-			others = union(others, union(o.Assigned, o.Revoking))
-		}
-	}
 	m := *g.Members[i]
 	if m.Revoking.Len() > 0 && owned != nil && intersection(*owned, m.Revoking).Len() == 0 {
 		m.Revoking = Assignment{} // the member confirmed the revocation
@@ -415,14 +422,31 @@ func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment
 			m.PreviousEpoch, m.Epoch = m.Epoch, g.AssignmentEpoch
 		}
 	}
-	if m.Epoch == g.AssignmentEpoch {
-		// Partitions of its target that nobody else holds any more.
-		m.Assigned = union(m.Assigned, minus(m.Target, others))
+	if want := minus(m.Target, m.Assigned); m.Epoch == g.AssignmentEpoch && want.Len() > 0 {
+		// Partitions of its target that nobody else holds any more: one
+		// pass over the others' holdings, O(the group's partitions).
+		free := partitionSet(want)
+		for j, o := range g.Members {
+			if j == i || len(free) == 0 {
+				continue
+			}
+			for _, a := range []Assignment{o.Assigned, o.Revoking} {
+				for _, tp := range a.Topics {
+					for _, p := range tp.Partitions {
+						delete(free, partitionKey{tp.Topic, p})
+					}
+				}
+			}
+		}
+		m.Assigned = union(m.Assigned, fromSet(free))
 	}
 	members := slices.Clone(g.Members)
 	members[i] = &m
 	ng := *g
 	ng.Members = members
+	if g.bytes != 0 {
+		ng.bytes = g.bytes - consumerMemberBytes(g.Members[i]) + consumerMemberBytes(&m)
+	}
 	s.putConsumerGroup(g.ID, &ng)
 	return &ApplyResult{Consumer: &ConsumerResult{MemberID: m.ID, Epoch: m.Epoch, Assigned: m.Assigned, Group: &ng}}
 }

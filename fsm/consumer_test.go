@@ -20,9 +20,13 @@ func owned(a Assignment) map[string][]int32 {
 }
 
 // checkDisjoint fails if a partition is held (assigned or being revoked)
-// by two members of the consumer group.
+// by two members of the consumer group, or if the group's kept size is not
+// its recount.
 func checkDisjoint(t testing.TB, g *ConsumerGroup) {
 	t.Helper()
+	if g.bytes != consumerBytes(g) {
+		t.Fatalf("consumer group %s: the size kept, %d, differs from a recount, %d", g.ID, g.bytes, consumerBytes(g))
+	}
 	holder := map[partitionKey]string{}
 	for _, m := range g.Members {
 		for k := range partitionSet(union(m.Assigned, m.Revoking)) {
