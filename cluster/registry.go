@@ -127,6 +127,14 @@ func (cl *Cluster) registerOnce(ctx context.Context) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
 	leaderID, _ := cl.node.Leader()
+	// Once registered, this node renews its entry only through the leader
+	// its own Raft follows: never through the join addresses, which, long
+	// after formation, may belong to another cluster (ports reused), whose
+	// leader would take this node for its own namesake.
+	renewing := isClosed(cl.regDone)
+	if leaderID == "" && renewing {
+		return false, errors.New("no leader known to renew the registration with")
+	}
 	if leaderID == "" {
 		// A node whose raft address changed (a pod recreated with a new
 		// IP) hears from no leader until the leader learns the new
@@ -151,7 +159,7 @@ func (cl *Cluster) registerOnce(ctx context.Context) (bool, error) {
 		return cl.registered(), nil
 	}
 	addr := cl.LeaderGRPCAddress()
-	if addr == "" {
+	if addr == "" && !renewing {
 		addr = cl.leaderGRPCFromPeers(cctx)
 	}
 	if addr == "" {
