@@ -53,6 +53,16 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 			return nil, err
 		}
 	}
+	owned := 0
+	for _, tp := range hb.GetOwned() {
+		if err := l.checkTopic("owned[].topic", tp.GetTopic()); err != nil {
+			return nil, err
+		}
+		owned += len(tp.GetPartitions())
+	}
+	if owned > l.MaxOffsetsPerCommit {
+		return nil, invalid("owned names %d partitions, over the limit of %d", owned, l.MaxOffsetsPerCommit)
+	}
 	if hb.GetMemberEpoch() == 0 && hb.GetMemberId() == "" {
 		hb.MemberId = newMemberID(hb.GetClientId(), l.MaxMemberIDBytes)
 	}
