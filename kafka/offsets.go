@@ -37,11 +37,7 @@ func (c *call) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition, rp.ErrorCode = p.Partition, whole
 			if whole == 0 {
-				if i < len(results) {
-					rp.ErrorCode = itemCode(results[i].GetError())
-				} else {
-					rp.ErrorCode = kerr.UnknownServerError.Code
-				}
+				rp.ErrorCode = nthCode(results, i)
 			}
 			i++
 			rt.Partitions = append(rt.Partitions, rp)
@@ -160,15 +156,21 @@ func (c *call) offsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) km
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
 			rp.Partition = p.Partition
-			if i < len(results) {
-				rp.ErrorCode = itemCode(results[i].GetError())
-			} else {
-				rp.ErrorCode = kerr.UnknownServerError.Code
-			}
+			rp.ErrorCode = nthCode(results, i)
 			i++
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// nthCode is the Kafka code of the i-th per-partition result of an engine
+// answer (one per partition asked, in order); an answer short of it is an
+// UNKNOWN_SERVER_ERROR rather than a silent success.
+func nthCode[R interface{ GetError() cohortv1.ErrorCode }](results []R, i int) int16 {
+	if i < len(results) {
+		return itemCode(results[i].GetError())
+	}
+	return kerr.UnknownServerError.Code
 }
