@@ -19,7 +19,9 @@ import (
 // flight and each entry carries many commits. Joins take the same path: when
 // a large group rebalances, every member rejoins within a round trip of
 // hearing of it (WatchGroup), and a burst of a thousand JoinMember entries
-// becomes a few Batch entries. The FSM applies a batch's commands in order,
+// becomes a few Batch entries. So do consumer group heartbeats (KIP-848):
+// a new group epoch sends every member's next heartbeat to the log, a
+// thousand within one heartbeat interval. The FSM applies a batch's commands in order,
 // each with its own result, exactly as it would apply them one by one.
 
 const (
@@ -70,8 +72,8 @@ func (c *committer) start() {
 	})
 }
 
-// submit proposes cmd (a CommitOffsets or a JoinMember) in a batch and
-// waits for its result.
+// submit proposes cmd (a CommitOffsets, a JoinMember or a
+// ConsumerHeartbeat) in a batch and waits for its result.
 func (c *committer) submit(ctx context.Context, cmd *fsmv1.Command) (*fsm.ApplyResult, error) {
 	c.start()
 	req := &commitRequest{ctx: ctx, cmd: cmd, size: proto.Size(cmd), done: make(chan commitResult, 1), queued: time.Now()}

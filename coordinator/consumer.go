@@ -92,7 +92,9 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 			return quiet, nil
 		}
 	}
-	res, err := e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: hb}})
+	// A new group epoch sends every member's next heartbeat to the log at
+	// once: they share entries as commits and joins do.
+	res, err := e.commits.submit(ctx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: hb}})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +175,7 @@ func (e *Engine) dueConsumersLocked(now time.Time) []memberKey {
 func (e *Engine) expireConsumer(ctx context.Context, k memberKey) {
 	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
 	defer cancel()
-	res, err := e.propose(actx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: &fsmv1.ConsumerHeartbeat{
+	res, err := e.commits.submit(actx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: &fsmv1.ConsumerHeartbeat{
 		GroupId: k.group, MemberId: k.member, MemberEpoch: -1, RebalanceTimeoutMs: -1,
 	}}})
 	e.mu.Lock()
