@@ -63,6 +63,11 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 	if owned > l.MaxOffsetsPerCommit {
 		return nil, invalid("owned names %d partitions, over the limit of %d", owned, l.MaxOffsetsPerCommit)
 	}
+	if hb.GetHasRegex() {
+		if _, err := fsm.CompileTopicRegex(hb.GetSubscribedTopicRegex()); err != nil {
+			return nil, err
+		}
+	}
 	if hb.GetMemberEpoch() == 0 && hb.GetMemberId() == "" {
 		hb.MemberId = newMemberID(hb.GetClientId(), l.MaxMemberIDBytes)
 	}
@@ -76,8 +81,13 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 	// consumer groups need rules 5: until every server has registered a
 	// cohortd that applies them (a fresh cluster's first second, or a
 	// rolling upgrade), the answer is one Kafka clients retry.
-	if r, ok := e.raft.(interface{ CommandRules() uint32 }); ok && r.CommandRules() < 5 {
-		return nil, errcode.Errorf(errcode.CoordinatorNotAvailable, "consumer groups need command rules 5 and the cluster writes under rules %d until every server has registered a cohortd that applies them: retry", r.CommandRules())
+	if r, ok := e.raft.(interface{ CommandRules() uint32 }); ok {
+		switch rules := r.CommandRules(); {
+		case rules < 5:
+			return nil, errcode.Errorf(errcode.CoordinatorNotAvailable, "consumer groups need command rules 5 and the cluster writes under rules %d until every server has registered a cohortd that applies them: retry", rules)
+		case rules < 6 && hb.GetHasRegex():
+			return nil, errcode.Errorf(errcode.CoordinatorNotAvailable, "subscriptions by regular expression need command rules 6 and the cluster writes under rules %d until every server has registered a cohortd that applies them: retry", rules)
+		}
 	}
 	if hb.GetMemberEpoch() > 0 {
 		var quiet *fsm.ConsumerResult
@@ -122,12 +132,19 @@ func (e *Engine) touchConsumer(group string, r *fsm.ConsumerResult) {
 	if !e.serving {
 		return
 	}
-	if r.Epoch < 0 {
+	d := e.consumers[k]
+	switch {
+	case r.Epoch == fsm.DepartedEpoch:
+		// A static member that left keeps the session it had: once it
+		// runs out without its instance back, the member is removed.
+		if d == nil {
+			e.consumers[k] = &consumerDeadline{session: now.Add(e.cfg.ConsumerSessionTimeout)}
+		}
+		return
+	case r.Epoch < 0:
 		delete(e.consumers, k)
 		return
-	}
-	d := e.consumers[k]
-	if d == nil {
+	case d == nil:
 		d = &consumerDeadline{}
 		e.consumers[k] = d
 	}
@@ -173,6 +190,19 @@ func (e *Engine) dueConsumersLocked(now time.Time) []memberKey {
 
 // expireConsumer removes a consumer group member whose deadline passed.
 func (e *Engine) expireConsumer(ctx context.Context, k memberKey) {
+	gone := true // a departed static member whose instance came back as another member, or a member removed since
+	e.fsm.Read(func(s *fsm.State) {
+		if g, ok := s.ConsumerGroup(k.group); ok {
+			_, member := g.Member(k.member)
+			gone = !member
+		}
+	})
+	if gone {
+		e.mu.Lock()
+		delete(e.consumers, k)
+		e.mu.Unlock()
+		return
+	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
 	defer cancel()
 	res, err := e.commits.submit(actx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: &fsmv1.ConsumerHeartbeat{

@@ -67,6 +67,9 @@ const (
 	UnsupportedAssignor  Code = 30
 	StaleMemberEpoch     Code = 31
 	UnreleasedInstanceID Code = 32
+	// A consumer group member's topic regular expression does not
+	// compile.
+	InvalidRegularExpression Code = 33
 )
 
 // Unknown is what Of says of a non-nil error that carries no protocol code
@@ -142,10 +145,11 @@ var (
 
 	ErrGroupSubscribedToTopic = &Error{GroupSubscribedToTopic, "GROUP_SUBSCRIBED_TO_TOPIC", false, "Members of the group subscribe to the topic, so its committed offsets cannot be deleted."}
 
-	ErrFencedMemberEpoch    = &Error{FencedMemberEpoch, "FENCED_MEMBER_EPOCH", false, "The consumer group member's epoch is not its current one: it must rejoin with epoch 0."}
-	ErrUnsupportedAssignor  = &Error{UnsupportedAssignor, "UNSUPPORTED_ASSIGNOR", false, "The consumer group asks for a server-side assignor the coordinator does not run."}
-	ErrStaleMemberEpoch     = &Error{StaleMemberEpoch, "STALE_MEMBER_EPOCH", false, "The commit names a member epoch other than the member's current one."}
-	ErrUnreleasedInstanceID = &Error{UnreleasedInstanceID, "UNRELEASED_INSTANCE_ID", false, "Another member of the consumer group still holds the static instance ID."}
+	ErrFencedMemberEpoch        = &Error{FencedMemberEpoch, "FENCED_MEMBER_EPOCH", false, "The consumer group member's epoch is not its current one: it must rejoin with epoch 0."}
+	ErrUnsupportedAssignor      = &Error{UnsupportedAssignor, "UNSUPPORTED_ASSIGNOR", false, "The consumer group asks for a server-side assignor the coordinator does not run."}
+	ErrStaleMemberEpoch         = &Error{StaleMemberEpoch, "STALE_MEMBER_EPOCH", false, "The commit names a member epoch other than the member's current one."}
+	ErrUnreleasedInstanceID     = &Error{UnreleasedInstanceID, "UNRELEASED_INSTANCE_ID", false, "Another member of the consumer group still holds the static instance ID."}
+	ErrInvalidRegularExpression = &Error{InvalidRegularExpression, "INVALID_REGULAR_EXPRESSION", false, "The consumer group member's topic regular expression is not valid RE2 syntax, or is too long."}
 )
 
 // errs is the table of codes, indexed by Code; None has no Error.
@@ -183,6 +187,7 @@ var errs = [...]*Error{
 	UnsupportedAssignor:       ErrUnsupportedAssignor,
 	StaleMemberEpoch:          ErrStaleMemberEpoch,
 	UnreleasedInstanceID:      ErrUnreleasedInstanceID,
+	InvalidRegularExpression:  ErrInvalidRegularExpression,
 }
 
 // Codes returns every protocol code, NONE first, in numeric order.

@@ -67,6 +67,7 @@ func TestNames_AreTheWireReasons(t *testing.T) {
 		LastVoter: "LAST_VOTER", ConfigurationConflict: "CONFIGURATION_CONFLICT", AutopilotManaged: "AUTOPILOT_MANAGED",
 		BudgetExceeded: "BUDGET_EXCEEDED", GroupSubscribedToTopic: "GROUP_SUBSCRIBED_TO_TOPIC",
 		FencedMemberEpoch: "FENCED_MEMBER_EPOCH", UnsupportedAssignor: "UNSUPPORTED_ASSIGNOR", StaleMemberEpoch: "STALE_MEMBER_EPOCH", UnreleasedInstanceID: "UNRELEASED_INSTANCE_ID",
+		InvalidRegularExpression: "INVALID_REGULAR_EXPRESSION",
 	}
 	if len(want) != len(Codes()) {
 		t.Fatalf("%d codes, %d expected names", len(Codes()), len(want))

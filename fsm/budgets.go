@@ -24,8 +24,11 @@ import (
 // listener address (RegisterNode.kafka_address; ignored before);
 // DeleteOffsets and ConsumerHeartbeat (KIP-848 consumer groups) exist; a
 // static member's restart rebalances only when its protocol names or topics
-// changed, not its metadata.
-const CommandVersion = 5
+// changed, not its metadata. Version 6: a consumer group member may
+// subscribe by a topic regular expression (ConsumerHeartbeat.has_regex),
+// and a static consumer group member's leave (epoch -2) keeps it, with its
+// assignment, for its instance to rejoin (fsm/consumer.go).
+const CommandVersion = 6
 
 // Budgets bound the replicated state. They are part of the state (set by a
 // SetBudgets command, carried in snapshots), so every replica enforces the

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 
@@ -33,8 +35,19 @@ import (
 //
 // Consumer groups live beside the classic groups, in their own map, with
 // one ID space: a classic group and a consumer group never share an ID. A
-// static member's leave (epoch -2) removes it as a leave does: its
-// partitions go to the others rather than waiting for its return.
+// static member's leave (epoch -2) removes it as a leave does under rules
+// 5. Under rules 6 (Kafka's rule) it keeps the member, at epoch -2, with
+// what it holds and its target: a member joining with the same instance ID
+// takes its place, its assignment and its epoch, and the group does not
+// rebalance (unless the subscription changed). The leader removes a
+// departed static member whose session runs out, as any other.
+//
+// A member subscribes to topics by name, and under rules 6 also by a
+// regular expression (RE2 syntax, matched against whole topic names, as
+// Kafka's RE2/J): its subscription is the union. The expression is
+// resolved against the topic registry in the apply that computes targets,
+// once per distinct expression; a topic created or deleted that it
+// matches moves the group epoch as a named one does.
 //
 // Groups and members are frozen once stored: every change builds a new
 // group value, so snapshots share them safely.
@@ -88,12 +101,18 @@ type ConsumerGroup struct {
 type ConsumerMember struct {
 	ID, InstanceID, RackID, ClientID, ClientHost string
 	RebalanceTimeoutMs                           int32
-	// Topics the member subscribes to, sorted and unique.
+	// Topics the member subscribes to by name, sorted and unique.
 	Topics []string
+	// Regex is the member's topic regular expression ("": none); re is
+	// it compiled to match whole names.
+	Regex string
+	re    *regexp.Regexp
 	// Assignor the member asked for ("" for the group's).
 	Assignor string
 	// Epoch is the member epoch; PreviousEpoch the one before, still
-	// accepted from a heartbeat whose answer was lost.
+	// accepted from a heartbeat whose answer was lost. A static member
+	// that left (rules 6) is at DepartedEpoch, and PreviousEpoch is the
+	// epoch its successor takes.
 	Epoch, PreviousEpoch int32
 	// Assigned are the partitions the member may consume; Revoking those it
 	// was told to give up and has not yet confirmed; Target its share of
@@ -113,6 +132,57 @@ func (g *ConsumerGroup) State() string {
 		}
 	}
 	return ConsumerStable
+}
+
+// DepartedEpoch is the epoch of a static member that left with epoch -2
+// and whose instance may come back (Kafka's LEAVE_GROUP_STATIC_MEMBER_EPOCH).
+const DepartedEpoch = -2
+
+// Departed reports whether m is a static member that left and may be
+// replaced by a member with its instance ID.
+func (m *ConsumerMember) Departed() bool { return m.Epoch == DepartedEpoch }
+
+// subscribes reports whether m subscribes to topic, by name or by its
+// regular expression.
+func (m *ConsumerMember) subscribes(topic string) bool {
+	if _, ok := slices.BinarySearch(m.Topics, topic); ok {
+		return true
+	}
+	return m.re != nil && m.re.MatchString(topic)
+}
+
+// MaxTopicRegexBytes bounds a member's topic regular expression, and
+// maxTopicRegexInsts its compiled program. Matching one topic name costs
+// at most the name's length times the program's size (Go's regexp runs in
+// linear time), on every replica.
+const (
+	MaxTopicRegexBytes = 1024
+	maxTopicRegexInsts = 2000
+)
+
+// CompileTopicRegex compiles a member's topic regular expression to match
+// whole topic names; nil for "". The error is INVALID_REGULAR_EXPRESSION.
+func CompileTopicRegex(p string) (*regexp.Regexp, *errcode.ProtocolError) {
+	if p == "" {
+		return nil, nil
+	}
+	if len(p) > MaxTopicRegexBytes {
+		return nil, errcode.Errorf(errcode.InvalidRegularExpression, "subscribed_topic_regex of %d bytes, over the limit of %d", len(p), MaxTopicRegexBytes)
+	}
+	// Parsed alone first, so that the anchors below cannot change what an
+	// unbalanced expression means.
+	parsed, err := syntax.Parse(p, syntax.Perl)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.InvalidRegularExpression, "subscribed_topic_regex %q: %v", p, err)
+	}
+	if prog, err := syntax.Compile(parsed.Simplify()); err != nil || len(prog.Inst) > maxTopicRegexInsts {
+		return nil, errcode.Errorf(errcode.InvalidRegularExpression, "subscribed_topic_regex %q compiles to over %d instructions", p, maxTopicRegexInsts)
+	}
+	re, err := regexp.Compile(`^(?:` + p + `)$`)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.InvalidRegularExpression, "subscribed_topic_regex %q: %v", p, err)
+	}
+	return re, nil
 }
 
 func (m *ConsumerMember) reconciled(target int32) bool {
@@ -164,7 +234,7 @@ func consumerBytes(g *ConsumerGroup) int64 {
 }
 
 func consumerMemberBytes(m *ConsumerMember) int64 {
-	n := int64(memberOverhead + len(m.ID) + len(m.InstanceID) + len(m.RackID) + len(m.ClientID) + len(m.ClientHost) + len(m.Assignor))
+	n := int64(memberOverhead + len(m.ID) + len(m.InstanceID) + len(m.RackID) + len(m.ClientID) + len(m.ClientHost) + len(m.Assignor) + len(m.Regex))
 	for _, t := range m.Topics {
 		n += int64(len(t))
 	}
@@ -204,6 +274,9 @@ func (s *State) consumerHeartbeat(now int64, c *fsmv1.ConsumerHeartbeat) *ApplyR
 	if _, classic := s.groups[id]; classic {
 		return fail(errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q is a classic group (JoinGroup), not a consumer group", id))
 	}
+	if c.GetHasRegex() && s.rules < 6 {
+		return fail(errcode.Errorf(errcode.InvalidArgument, "subscriptions by regular expression need command rules 6; this entry was written under rules %d (a server of the cluster runs an older cohortd)", s.rules))
+	}
 	g := s.consumerGroups[id]
 	switch e := c.GetMemberEpoch(); {
 	case e == -1 || e == -2:
@@ -221,8 +294,19 @@ func (s *State) consumerLeave(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHear
 	if g == nil {
 		return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
 	}
-	if _, ok := g.Member(c.GetMemberId()); !ok {
+	m, ok := g.Member(c.GetMemberId())
+	if !ok {
 		return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in consumer group %q", c.GetMemberId(), g.ID))
+	}
+	if c.GetMemberEpoch() == DepartedEpoch && m.InstanceID != "" && s.rules >= 6 {
+		// A static member's leave: it stays, holding what it held, for
+		// its instance to come back (or its session to run out).
+		if m.Departed() {
+			return &ApplyResult{Consumer: &ConsumerResult{MemberID: m.ID, Epoch: DepartedEpoch, Group: g}}
+		}
+		d := *m
+		d.PreviousEpoch, d.Epoch = m.Epoch, DepartedEpoch
+		return s.storeMember(g, &d, &ConsumerResult{MemberID: m.ID, Epoch: DepartedEpoch})
 	}
 	members := slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
 	ng := s.rebalanced(now, g, members, g.Assignor)
@@ -232,14 +316,18 @@ func (s *State) consumerLeave(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHear
 
 func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
 	switch {
-	case !c.GetHasTopics():
-		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q joins without its subscribed topics", c.GetMemberId()))
+	case !c.GetHasTopics() && !c.GetHasRegex():
+		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q joins without its subscribed topics or topic regular expression", c.GetMemberId()))
 	case c.GetRebalanceTimeoutMs() <= 0:
 		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q joins with rebalance_timeout_ms %d: a join states a positive one", c.GetMemberId(), c.GetRebalanceTimeoutMs()))
 	case len(c.GetSubscribedTopics()) > MaxNameLength:
 		return fail(errcode.Errorf(errcode.InvalidArgument, "member %q subscribes to %d topics, over the limit of %d", c.GetMemberId(), len(c.GetSubscribedTopics()), MaxNameLength))
 	}
 	if err := checkConsumerStrings(c); err != nil {
+		return fail(err)
+	}
+	re, err := CompileTopicRegex(c.GetSubscribedTopicRegex())
+	if err != nil {
 		return fail(err)
 	}
 	assignor := c.GetServerAssignor()
@@ -254,7 +342,11 @@ func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 		members = slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
 		if inst := c.GetInstanceId(); inst != "" {
 			for _, m := range members {
-				if m.InstanceID == inst {
+				switch {
+				case m.InstanceID != inst:
+				case m.Departed():
+					return s.consumerRejoin(now, g, members, m, c, re)
+				default:
 					return fail(errcode.Errorf(errcode.UnreleasedInstanceID, "instance %q of consumer group %q is member %q's, which has not left", inst, g.ID, m.ID))
 				}
 			}
@@ -272,8 +364,9 @@ func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	m := &ConsumerMember{
 		ID: c.GetMemberId(), InstanceID: c.GetInstanceId(), RackID: c.GetRackId(), ClientID: c.GetClientId(), ClientHost: c.GetClientHost(),
 		RebalanceTimeoutMs: c.GetRebalanceTimeoutMs(), Topics: sortedUnique(c.GetSubscribedTopics()), Assignor: assignor,
+		Regex: c.GetSubscribedTopicRegex(), re: re,
 	}
-	grow := int64(memberOverhead+len(m.ID)+len(m.InstanceID)+len(m.RackID)+len(m.ClientID)+len(m.ClientHost)) + s.calibration(1, 0)
+	grow := int64(memberOverhead+len(m.ID)+len(m.InstanceID)+len(m.RackID)+len(m.ClientID)+len(m.ClientHost)+len(m.Regex)) + s.calibration(1, 0)
 	if !exists {
 		grow += groupBytes(c.GetGroupId(), "") + s.calibration(0, 1)
 	}
@@ -292,6 +385,35 @@ func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	return s.reconcileAndStore(ng, m.ID, nil)
 }
 
+// consumerRejoin replaces departed, a static member that left (rules 6),
+// with the member joining under its instance ID (Kafka's static
+// membership): the newcomer takes its assignment, its target and the epoch
+// it had. The group rebalances only when the subscription or the assignor
+// the join states differs from the departed member's.
+func (s *State) consumerRejoin(now int64, g *ConsumerGroup, others []*ConsumerMember, departed *ConsumerMember, c *fsmv1.ConsumerHeartbeat, re *regexp.Regexp) *ApplyResult {
+	m := *departed
+	m.ID, m.ClientID, m.ClientHost, m.RebalanceTimeoutMs = c.GetMemberId(), c.GetClientId(), c.GetClientHost(), c.GetRebalanceTimeoutMs()
+	m.Epoch, m.PreviousEpoch = departed.PreviousEpoch, 0
+	if r := c.GetRackId(); r != "" {
+		m.RackID = r
+	}
+	m.Topics, m.Regex, m.re, m.Assignor = sortedUnique(c.GetSubscribedTopics()), c.GetSubscribedTopicRegex(), re, c.GetServerAssignor()
+	changed := !slices.Equal(m.Topics, departed.Topics) || m.Regex != departed.Regex || m.Assignor != departed.Assignor
+	members := insertSorted(slices.DeleteFunc(others, func(o *ConsumerMember) bool { return o == departed }), &m)
+	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
+	if g.bytes != 0 {
+		ng.bytes = g.bytes - consumerMemberBytes(departed) + consumerMemberBytes(&m)
+	}
+	if changed {
+		assignor := g.Assignor
+		if m.Assignor != "" {
+			assignor = m.Assignor
+		}
+		ng = s.rebalanced(now, g, members, assignor)
+	}
+	return s.reconcileAndStore(ng, m.ID, nil)
+}
+
 func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
 	if g == nil {
 		return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q does not exist, so member %q is unknown", c.GetGroupId(), c.GetMemberId()))
@@ -299,6 +421,9 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	old, ok := g.Member(c.GetMemberId())
 	if !ok {
 		return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in consumer group %q", c.GetMemberId(), g.ID))
+	}
+	if old.Departed() {
+		return fail(errcode.Errorf(errcode.FencedMemberEpoch, "member %q of consumer group %q left as a static member: its instance rejoins with epoch 0", old.ID, g.ID))
 	}
 	if e := c.GetMemberEpoch(); e != old.Epoch && e != old.PreviousEpoch {
 		return fail(errcode.Errorf(errcode.FencedMemberEpoch, "member %q of consumer group %q is at epoch %d, the heartbeat says %d", old.ID, g.ID, old.Epoch, e))
@@ -312,6 +437,13 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 		if topics := sortedUnique(c.GetSubscribedTopics()); !slices.Equal(topics, m.Topics) {
 			m.Topics, changed = topics, true
 		}
+	}
+	if c.GetHasRegex() && c.GetSubscribedTopicRegex() != m.Regex {
+		re, err := CompileTopicRegex(c.GetSubscribedTopicRegex())
+		if err != nil {
+			return fail(err)
+		}
+		m.Regex, m.re, changed = c.GetSubscribedTopicRegex(), re, true
 	}
 	if a := c.GetServerAssignor(); a != "" && a != m.Assignor {
 		if !slices.Contains(ConsumerAssignors(), a) {
@@ -372,8 +504,26 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 	ng.AssignmentEpoch = ng.Epoch
 	in := make([]assign.Member, len(members))
 	topics := map[string]int32{}
+	var registry []string             // the topics' names, sorted: read once, if a member has a regex
+	resolved := map[string][]string{} // regex -> the member's whole subscription, once per expression
 	for i, m := range members {
-		am := assign.Member{ID: m.ID, InstanceID: m.InstanceID, Topics: m.Topics, Generation: assign.NoGeneration}
+		subscribed := m.Topics
+		if m.re != nil {
+			if registry == nil {
+				registry = slices.Sorted(maps.Keys(s.topics))
+			}
+			matched, ok := resolved[m.Regex]
+			if !ok {
+				for _, t := range registry {
+					if m.re.MatchString(t) {
+						matched = append(matched, t)
+					}
+				}
+				resolved[m.Regex] = matched
+			}
+			subscribed = sortedUnique(append(slices.Clone(m.Topics), matched...))
+		}
+		am := assign.Member{ID: m.ID, InstanceID: m.InstanceID, Topics: subscribed, Generation: assign.NoGeneration}
 		for _, tp := range union(m.Assigned, m.Revoking).Topics {
 			am.Owned = append(am.Owned, assign.TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
 		}
@@ -381,7 +531,7 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 			am.Generation = g.Epoch
 		}
 		in[i] = am
-		for _, t := range m.Topics {
+		for _, t := range subscribed {
 			if n, ok := s.topics[t]; ok {
 				topics[t] = n
 			}
@@ -440,15 +590,23 @@ func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment
 		}
 		m.Assigned = union(m.Assigned, fromSet(free))
 	}
+	return s.storeMember(g, &m, &ConsumerResult{MemberID: m.ID, Epoch: m.Epoch, Assigned: m.Assigned})
+}
+
+// storeMember stores g with m in place of its member of the same ID and
+// answers r, which it completes with the stored group.
+func (s *State) storeMember(g *ConsumerGroup, m *ConsumerMember, r *ConsumerResult) *ApplyResult {
+	i, _ := slices.BinarySearchFunc(g.Members, m.ID, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
 	members := slices.Clone(g.Members)
-	members[i] = &m
+	members[i] = m
 	ng := *g
 	ng.Members = members
 	if g.bytes != 0 {
-		ng.bytes = g.bytes - consumerMemberBytes(g.Members[i]) + consumerMemberBytes(&m)
+		ng.bytes = g.bytes - consumerMemberBytes(g.Members[i]) + consumerMemberBytes(m)
 	}
 	s.putConsumerGroup(g.ID, &ng)
-	return &ApplyResult{Consumer: &ConsumerResult{MemberID: m.ID, Epoch: m.Epoch, Assigned: m.Assigned, Group: &ng}}
+	r.Group = &ng
+	return &ApplyResult{Consumer: r}
 }
 
 // ---- partition sets ----
@@ -529,6 +687,9 @@ func (g *ConsumerGroup) QuietHeartbeat(c *fsmv1.ConsumerHeartbeat) (*ConsumerRes
 		return nil, false
 	}
 	if c.GetHasTopics() && !slices.Equal(sortedUnique(c.GetSubscribedTopics()), m.Topics) {
+		return nil, false
+	}
+	if c.GetHasRegex() && c.GetSubscribedTopicRegex() != m.Regex {
 		return nil, false
 	}
 	if a := c.GetServerAssignor(); a != "" && a != m.Assignor {

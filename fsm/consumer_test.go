@@ -287,3 +287,231 @@ func TestConsumer_TopicChangesMoveTheEpoch(t *testing.T) {
 		epoch = res.Consumer.Epoch
 	}
 }
+
+// settle heartbeats every member of consumer group "g" in ID order, each
+// confirming what it holds, until the group is Stable, and returns it.
+func settle(t *testing.T, h *harness, ts *int64) *ConsumerGroup {
+	t.Helper()
+	for range 8 {
+		g := consumerGroup(t, h, "g")
+		if g.State() == ConsumerStable {
+			return g
+		}
+		for _, m := range g.Members {
+			if m.Departed() {
+				continue
+			}
+			*ts++
+			h.ok(at(*ts, hb{group: "g", member: m.ID, epoch: m.Epoch, owned: owned(m.Assigned)}))
+		}
+	}
+	t.Fatalf("consumer group g not Stable after 8 rounds of heartbeats: %s", consumerGroup(t, h, "g").State())
+	return nil
+}
+
+// held is the partitions member id of g holds, as topic/partition strings.
+func heldBy(g *ConsumerGroup, id string) []string {
+	m, ok := g.Member(id)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, tp := range m.Assigned.Topics {
+		for _, p := range tp.Partitions {
+			out = append(out, tp.Topic+"/"+string(rune('0'+p)))
+		}
+	}
+	return out
+}
+
+// TestConsumer_RegexSubscription (rules 6): a member subscribed by a
+// regular expression gets the partitions of every topic whose whole name
+// it matches; a topic created that it matches moves the epoch and is
+// assigned, one it does not match leaves the group alone; a new expression
+// moves the epoch; a bad one is refused, naming it, and changes nothing;
+// the expression survives a snapshot.
+func TestConsumer_RegexSubscription(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for i, name := range []string{"orders-eu", "orders-us", "payments", "xorders-eu"} {
+		h.ok(at(int64(i+1), createTopic{name, 2}))
+	}
+	ts := int64(10)
+	re := func(s string) *string { return &s }
+	h.ok(at(ts, hb{group: "g", member: "a", regex: re("orders-.*")}))
+	g := settle(t, h, &ts)
+	if got := heldBy(g, "a"); !slices.Equal(got, []string{"orders-eu/0", "orders-eu/1", "orders-us/0", "orders-us/1"}) {
+		t.Fatalf("a subscribed to orders-.* holds %v, want both partitions of orders-eu and orders-us only (the match is of whole names)", got)
+	}
+	epoch := g.Epoch
+
+	ts++
+	h.ok(at(ts, createTopic{"orders-asia", 1}))
+	if g = consumerGroup(t, h, "g"); g.Epoch == epoch {
+		t.Fatal("a topic the expression matches was created and the group kept its epoch")
+	}
+	g = settle(t, h, &ts)
+	if got := heldBy(g, "a"); !slices.Contains(got, "orders-asia/0") || len(got) != 5 {
+		t.Fatalf("after orders-asia was created a holds %v, want its 4 and orders-asia/0", got)
+	}
+	epoch = g.Epoch
+	ts++
+	h.ok(at(ts, createTopic{"orders", 1}))
+	if g = consumerGroup(t, h, "g"); g.Epoch != epoch {
+		t.Fatalf("a topic the expression does not match moved the epoch %d -> %d", epoch, g.Epoch)
+	}
+
+	// A second member by name and regex: the union.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "b", topics: []string{"payments"}, regex: re("orders-(eu|us)")}))
+	g = settle(t, h, &ts)
+	if n := len(heldBy(g, "a")) + len(heldBy(g, "b")); n != 7 || !slices.Contains(heldBy(g, "b"), "payments/0") && !slices.Contains(heldBy(g, "a"), "payments/0") {
+		t.Fatalf("a holds %v and b %v: want the 7 partitions of orders-asia, orders-eu, orders-us and payments between them", heldBy(g, "a"), heldBy(g, "b"))
+	}
+	if slices.Contains(heldBy(g, "a"), "payments/0") || slices.Contains(heldBy(g, "a"), "payments/1") {
+		t.Fatalf("a, not subscribed to payments, holds %v", heldBy(g, "a"))
+	}
+
+	// Refusals change nothing.
+	before := snapshotBytes(t, h.f)
+	b, _ := g.Member("b")
+	for _, tc := range []struct {
+		name string
+		cmd  hb
+		code errcode.Code
+		says string
+	}{
+		{"an unbalanced expression", hb{group: "g", member: "c", regex: re("orders-(")}, errcode.InvalidRegularExpression, "orders-("},
+		{"an expression one parenthesis from escaping its anchors", hb{group: "g", member: "c", regex: re("a)|(b")}, errcode.InvalidRegularExpression, "a)|(b"},
+		{"an expression too long", hb{group: "g", member: "c", regex: re(strings.Repeat("x", MaxTopicRegexBytes+1))}, errcode.InvalidRegularExpression, "over the limit"},
+		{"an expression too complex", hb{group: "g", member: "c", regex: re("x{1,1000}y{1,1000}")}, errcode.InvalidRegularExpression, "instructions"},
+		{"a bad new expression of a member", hb{group: "g", member: "b", epoch: b.Epoch, regex: re("[z-a]")}, errcode.InvalidRegularExpression, "[z-a]"},
+		{"an expression under rules 5", hb{group: "g", member: "c", regex: re("orders-.*"), rules: 5}, errcode.InvalidArgument, "rules 6"},
+	} {
+		ts++
+		if res := h.refused(at(ts, tc.cmd), tc.code); !strings.Contains(res.Err.Error(), tc.says) {
+			t.Errorf("%s: refused with %q, want it to name %q", tc.name, res.Err, tc.says)
+		}
+	}
+	if !bytes.Equal(snapshotBytes(t, h.f), before) {
+		t.Fatal("a refused heartbeat changed the state")
+	}
+
+	// A new expression moves the epoch; the snapshot keeps it, and the
+	// restored state still follows it.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "a", epoch: consumerMember(t, h, "a").Epoch, regex: re("pay.*")}))
+	if g2 := consumerGroup(t, h, "g"); g2.Epoch == g.Epoch {
+		t.Fatal("a member's new expression kept the group's epoch")
+	}
+	data := snapshotBytes(t, h.f)
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, restored), data) {
+		t.Fatal("a restored state with expressions snapshots to other bytes")
+	}
+	r := &harness{t: t, f: restored}
+	var e0 int32
+	restored.Read(func(s *State) { g, _ := s.ConsumerGroup("g"); e0 = g.Epoch })
+	r.ok(at(ts+1, createTopic{"payroll", 1}))
+	restored.Read(func(s *State) {
+		g, _ := s.ConsumerGroup("g")
+		if m, _ := g.Member("a"); m.Regex != "pay.*" || g.Epoch == e0 {
+			t.Fatalf("restored: a's expression %q, epoch %d -> %d after payroll was created; want pay.* and a new epoch", m.Regex, e0, g.Epoch)
+		}
+	})
+}
+
+func consumerMember(t *testing.T, h *harness, id string) *ConsumerMember {
+	t.Helper()
+	m, ok := consumerGroup(t, h, "g").Member(id)
+	if !ok {
+		t.Fatalf("no member %s in consumer group g", id)
+	}
+	return m
+}
+
+// TestConsumer_StaticMemberRejoinsWithItsAssignment (rules 6, Kafka's
+// static membership): a static member's leave (epoch -2) keeps it with
+// what it holds and moves no epoch; its old ID is fenced; a new member
+// with its instance ID takes its place, its partitions and its epoch with
+// no rebalance; one whose subscription changed rebalances; a departed
+// member removed (its session ran out) gives its partitions to the others.
+// Under rules 5 the same leave removes the member.
+func TestConsumer_StaticMemberRejoinsWithItsAssignment(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.ok(at(1, createTopic{"t", 4}))
+	ts := int64(2)
+	h.ok(at(ts, hb{group: "g", member: "a", topics: []string{"t"}, instance: "i-a"}))
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "b", topics: []string{"t"}}))
+	g := settle(t, h, &ts)
+	epoch, aHeld := g.Epoch, heldBy(g, "a")
+	aEpoch := consumerMember(t, h, "a").Epoch
+	if len(aHeld) != 2 {
+		t.Fatalf("a holds %v, want 2 of 4", aHeld)
+	}
+
+	ts++
+	if res := h.ok(at(ts, hb{group: "g", member: "a", epoch: -2})); res.Consumer.Epoch != DepartedEpoch {
+		t.Fatalf("a static leave answered epoch %d, want %d", res.Consumer.Epoch, DepartedEpoch)
+	}
+	g = consumerGroup(t, h, "g")
+	if a := consumerMember(t, h, "a"); g.Epoch != epoch || !a.Departed() || !slices.Equal(heldBy(g, "a"), aHeld) {
+		t.Fatalf("after a's static leave: group epoch %d (was %d), a at epoch %d holding %v; want the epoch kept and a departed holding %v", g.Epoch, epoch, a.Epoch, heldBy(g, "a"), aHeld)
+	}
+	ts++
+	h.refused(at(ts, hb{group: "g", member: "a", epoch: aEpoch}), errcode.FencedMemberEpoch)
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "a", epoch: -2})) // a leave resent: no change
+	// The instance comes back as a new member: a's place, partitions and
+	// epoch, and no rebalance.
+	ts++
+	res := h.ok(at(ts, hb{group: "g", member: "a2", topics: []string{"t"}, instance: "i-a"}))
+	g = consumerGroup(t, h, "g")
+	if _, still := g.Member("a"); still || g.Epoch != epoch || res.Consumer.Epoch != aEpoch || !slices.Equal(heldBy(g, "a2"), aHeld) || g.State() != ConsumerStable {
+		t.Fatalf("after i-a rejoined as a2: a still in %v, group epoch %d (was %d), a2 at epoch %d (want %d) holding %v (want %v), state %s (want Stable)",
+			still, g.Epoch, epoch, res.Consumer.Epoch, aEpoch, heldBy(g, "a2"), aHeld, g.State())
+	}
+	// While a2 is active, its instance is taken.
+	ts++
+	h.refused(at(ts, hb{group: "g", member: "a3", topics: []string{"t"}, instance: "i-a"}), errcode.UnreleasedInstanceID)
+
+	// A return with another subscription rebalances.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "a2", epoch: -2}))
+	ts++
+	h.ok(at(ts, createTopic{"u", 2}))
+	ts++
+	epoch = consumerGroup(t, h, "g").Epoch
+	h.ok(at(ts, hb{group: "g", member: "a3", topics: []string{"t", "u"}, instance: "i-a"}))
+	if g = consumerGroup(t, h, "g"); g.Epoch == epoch {
+		t.Fatal("i-a came back subscribed to another topic and the group kept its epoch")
+	}
+	g = settle(t, h, &ts)
+	if n := len(heldBy(g, "a3")) + len(heldBy(g, "b")); n != 6 {
+		t.Fatalf("a3 holds %v and b %v, want the 6 partitions of t and u between them", heldBy(g, "a3"), heldBy(g, "b"))
+	}
+
+	// A departed member removed (the leader's expiry, epoch -1): b gets all.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "a3", epoch: -2}))
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "a3", epoch: -1}))
+	g = settle(t, h, &ts)
+	if len(g.Members) != 1 || len(heldBy(g, "b")) != 4 {
+		t.Fatalf("after the departed member's removal: %d members, b holds %v; want b alone with all of t", len(g.Members), heldBy(g, "b"))
+	}
+
+	// Under rules 5 a static leave is a leave.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "s", topics: []string{"t"}, instance: "i-s", rules: 5}))
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "s", epoch: -2, rules: 5}))
+	if _, still := consumerGroup(t, h, "g").Member("s"); still {
+		t.Fatal("under rules 5 a static member's leave kept it")
+	}
+}

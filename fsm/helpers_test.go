@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"maps"
 	"slices"
@@ -269,6 +270,8 @@ type hb struct {
 	owned         map[string][]int32
 	assignor      string
 	instance      string
+	regex         *string // nil: not stated
+	rules         uint32  // 0: CommandVersion
 }
 
 func (h hb) set(c *fsmv1.Command) {
@@ -286,6 +289,12 @@ func (h hb) set(c *fsmv1.Command) {
 			ch.Owned = append(ch.Owned, &fsmv1.TopicPartitions{Topic: t, Partitions: h.owned[t]})
 		}
 	}
-	c.Version = 5
+	if h.regex != nil {
+		ch.HasRegex, ch.SubscribedTopicRegex = true, *h.regex
+		if h.topics == nil {
+			ch.HasTopics = false
+		}
+	}
+	c.Version = cmp.Or(h.rules, CommandVersion)
 	c.Kind = &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: ch}
 }

@@ -201,6 +201,7 @@ func consumerGroupToProto(g *ConsumerGroup) *fsmv1.ConsumerGroup {
 			MemberId: m.ID, InstanceId: m.InstanceID, RackId: m.RackID, ClientId: m.ClientID, ClientHost: m.ClientHost,
 			RebalanceTimeoutMs: m.RebalanceTimeoutMs, Topics: m.Topics, Assignor: m.Assignor, Epoch: m.Epoch, PreviousEpoch: m.PreviousEpoch,
 			Assigned: AssignmentToProto(m.Assigned), Revoking: AssignmentToProto(m.Revoking), Target: AssignmentToProto(m.Target),
+			TopicRegex: m.Regex,
 		})
 	}
 	return pg
@@ -218,10 +219,15 @@ func consumerGroupFromProto(pg *fsmv1.ConsumerGroup) (*ConsumerGroup, error) {
 		if n := len(g.Members); n > 0 && g.Members[n-1].ID >= pm.GetMemberId() {
 			return nil, fmt.Errorf("consumer group %q: members not sorted by ID (%q after %q)", g.ID, pm.GetMemberId(), g.Members[n-1].ID)
 		}
+		re, perr := CompileTopicRegex(pm.GetTopicRegex())
+		if perr != nil {
+			return nil, fmt.Errorf("consumer group %q, member %q: %w", g.ID, pm.GetMemberId(), perr)
+		}
 		g.Members = append(g.Members, &ConsumerMember{
 			ID: pm.GetMemberId(), InstanceID: pm.GetInstanceId(), RackID: pm.GetRackId(), ClientID: pm.GetClientId(), ClientHost: pm.GetClientHost(),
 			RebalanceTimeoutMs: pm.GetRebalanceTimeoutMs(), Topics: pm.GetTopics(), Assignor: pm.GetAssignor(), Epoch: pm.GetEpoch(), PreviousEpoch: pm.GetPreviousEpoch(),
 			Assigned: assignmentFromProto(pm.GetAssigned()), Revoking: assignmentFromProto(pm.GetRevoking()), Target: assignmentFromProto(pm.GetTarget()),
+			Regex: pm.GetTopicRegex(), re: re,
 		})
 	}
 	return g, nil

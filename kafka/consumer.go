@@ -34,17 +34,15 @@ func (c *call) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGroup
 		resp.ErrorCode, resp.ErrorMessage = code, errMessage(err)
 		return resp
 	}
-	if r.SubscribedTopicRegex != nil && *r.SubscribedTopicRegex != "" {
-		msg := "subscriptions by regular expression are not served; name the topics"
-		resp.ErrorCode, resp.ErrorMessage = kerr.InvalidRegularExpression.Code, &msg
-		return resp
-	}
 	hb := &fsmv1.ConsumerHeartbeat{
 		GroupId: r.Group, MemberId: r.MemberID, MemberEpoch: r.MemberEpoch, InstanceId: optional(r.InstanceID), RackId: optional(r.RackID),
 		RebalanceTimeoutMs: r.RebalanceTimeoutMillis, ClientId: c.h.clientID, ClientHost: c.c.host, ServerAssignor: optional(r.ServerAssignor),
 	}
 	if r.SubscribedTopicNames != nil {
 		hb.HasTopics, hb.SubscribedTopics = true, r.SubscribedTopicNames
+	}
+	if r.SubscribedTopicRegex != nil {
+		hb.HasRegex, hb.SubscribedTopicRegex = true, *r.SubscribedTopicRegex
 	}
 	if r.Topics != nil {
 		names := c.s.topicNames()
@@ -116,6 +114,9 @@ func (c *call) consumerGroupDescribe(ctx context.Context, r *kmsg.ConsumerGroupD
 				dm.MemberID = m.ID
 			}
 			dm.MemberEpoch, dm.ClientID, dm.ClientHost, dm.SubscribedTopics = m.Epoch, m.ClientID, m.ClientHost, m.Topics
+			if m.Regex != "" {
+				dm.SubscribedTopicRegex = ptr(m.Regex)
+			}
 			if m.InstanceID != "" {
 				dm.InstanceID = ptr(m.InstanceID)
 			}

@@ -59,6 +59,7 @@ var kafkaCodes = map[errcode.Code]*kerr.Error{
 	errcode.UnsupportedAssignor:       kerr.UnsupportedAssignor,
 	errcode.StaleMemberEpoch:          kerr.StaleMemberEpoch,
 	errcode.UnreleasedInstanceID:      kerr.UnreleasedInstanceID,
+	errcode.InvalidRegularExpression:  kerr.InvalidRegularExpression,
 }
 
 // kafkaError is err as a Kafka error: nil for nil; a context's end is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -434,4 +435,74 @@ func TestKafka_ConsumerGroupProtocol(t *testing.T) {
 		t.Fatalf("kadm fetched %v, the members committed %v", got, acked)
 	}
 	c.Restart(leader)
+}
+
+// TestKafka_ConsumerGroupRegexAndStaticMembers: kgo consumers of a KIP-848
+// group subscribed by a regular expression (kgo.ConsumeRegex, which sends
+// SubscribedTopicRegex) get the partitions of every topic it matches, and
+// of a matching topic created while they run; a static member's client
+// closed (kgo leaves with epoch -2) and started again under its instance
+// ID gets back its partitions at its epoch, and the group's epoch does not
+// move.
+func TestKafka_ConsumerGroupRegexAndStaticMembers(t *testing.T) {
+	c, adm := startCluster(t)
+	createTopic(t, c, adm, "logs-app", 3)
+	createTopic(t, c, adm, "logs-db", 3)
+	createTopic(t, c, adm, "metrics", 2)
+	partitions := map[string]int32{"logs-app": 3, "logs-db": 3}
+	const group = "regex"
+	member := func(i int, extra ...kgo.Opt) *kafkatest.Member {
+		return join(t, c, fmt.Sprintf("r-%d", i), group, kgo.StickyBalancer(), []string{"logs-.*"}, append([]kgo.Opt{kgo.ServerSideBalancer(), kgo.ConsumeRegex()}, extra...)...)
+	}
+	members := []*kafkatest.Member{member(0), member(1)}
+	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+	described, err := adm.DescribeConsumerGroups(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range described[group].Members {
+		if m.SubscribedTopicRegex == nil || !strings.Contains(*m.SubscribedTopicRegex, "logs-.*") {
+			t.Fatalf("ConsumerGroupDescribe: member %s subscribes by %v, want kgo's expression around logs-.*", m.ClientID, m.SubscribedTopicRegex)
+		}
+	}
+
+	createTopic(t, c, adm, "logs-web", 2)
+	partitions["logs-web"] = 2
+	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+
+	// A static member's restart.
+	members = append(members, member(2, kgo.InstanceID("instance-2")))
+	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+	held := slices.Sorted(slices.Values(members[2].Holding()))
+	_, memberEpoch := members[2].Client.GroupMetadata()
+	described, err = adm.DescribeConsumerGroups(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupEpoch := described[group].Epoch
+	members[2].Stop()
+	testcluster.WaitFor(t, 10*time.Second, "the departed static member in the group", func() (bool, string) {
+		described, err := adm.DescribeConsumerGroups(context.Background(), group)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range described[group].Members {
+			if m.InstanceID != nil && *m.InstanceID == "instance-2" && m.MemberEpoch == fsm.DepartedEpoch {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("members %+v", described[group].Members)
+	})
+	members[2] = member(2, kgo.InstanceID("instance-2"))
+	kafkatest.WaitConsumerBalanced(t, adm, group, members, partitions)
+	if got := slices.Sorted(slices.Values(members[2].Holding())); !slices.Equal(got, held) {
+		t.Fatalf("the restarted static member holds %v, before %v", got, held)
+	}
+	if _, e := members[2].Client.GroupMetadata(); e != memberEpoch {
+		t.Fatalf("the restarted static member is at epoch %d, before %d", e, memberEpoch)
+	}
+	described, err = adm.DescribeConsumerGroups(context.Background(), group)
+	if err != nil || described[group].Epoch != groupEpoch {
+		t.Fatalf("the group's epoch after the static restart: %v %d, before %d: a static restart must not rebalance", err, described[group].Epoch, groupEpoch)
+	}
 }

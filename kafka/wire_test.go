@@ -438,6 +438,31 @@ func TestWire_ConsumerGroupDeadlines(t *testing.T) {
 		})
 		return state == fsm.ConsumerEmpty, "state " + state
 	})
+
+	// A static member that left (epoch -2) is kept, holding its
+	// partitions, for its session: then the leader removes it.
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.SetVersion(1)
+	req.Group, req.MemberID, req.InstanceID, req.RebalanceTimeoutMillis, req.SubscribedTopicNames = "deadlines", "member-s", kmsg.StringPtr("instance-s"), 60_000, []string{"orders"}
+	joinedAt := time.Now() // the session starts when the leader serves the join, after this
+	if s := r.do(req).(*kmsg.ConsumerGroupHeartbeatResponse); s.ErrorCode != 0 || held(s) != 4 {
+		t.Fatalf("the static member's join: error %d, %d partitions", s.ErrorCode, held(s))
+	}
+	if s := cgh(r, "deadlines", "member-s", -2, nil, nil, -1); s.ErrorCode != 0 || s.MemberEpoch != fsm.DepartedEpoch {
+		t.Fatalf("the static member's leave: error %d, epoch %d, want %d", s.ErrorCode, s.MemberEpoch, fsm.DepartedEpoch)
+	}
+	testcluster.WaitFor(t, 10*time.Second, "the departed static member's session to expire", func() (bool, string) {
+		var members int
+		c.Nodes[c.Leader()].FSM.Read(func(s *fsm.State) {
+			if g, ok := s.ConsumerGroup("deadlines"); ok {
+				members = len(g.Members)
+			}
+		})
+		return members == 0, fmt.Sprintf("%d members", members)
+	})
+	if d := time.Since(joinedAt); d < time.Second {
+		t.Fatalf("the departed static member was removed %v after its join, before its 1 s session ran out", d)
+	}
 }
 
 // TestWire_ConsumerGroupsWaitForRules5: while a server of the cluster

@@ -21,7 +21,7 @@ const ErrorDomain = "cohort.v1"
 // grpcCode is the gRPC status code each protocol error travels with.
 func grpcCode(c errcode.Code) codes.Code {
 	switch c {
-	case errcode.InvalidArgument, errcode.InvalidAssignment, errcode.InvalidSessionTimeout, errcode.InvalidPartitions, errcode.UnsupportedAssignor:
+	case errcode.InvalidArgument, errcode.InvalidAssignment, errcode.InvalidSessionTimeout, errcode.InvalidPartitions, errcode.UnsupportedAssignor, errcode.InvalidRegularExpression:
 		return codes.InvalidArgument
 	case errcode.GroupIDNotFound, errcode.UnknownTopicOrPartition, errcode.UnknownServer:
 		return codes.NotFound

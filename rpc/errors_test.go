@@ -154,6 +154,7 @@ func TestGRPCCode_EveryProtocolCode(t *testing.T) {
 		errcode.UnsupportedAssignor:       codes.InvalidArgument,
 		errcode.StaleMemberEpoch:          codes.FailedPrecondition,
 		errcode.UnreleasedInstanceID:      codes.FailedPrecondition,
+		errcode.InvalidRegularExpression:  codes.InvalidArgument,
 	}
 	for _, c := range errcode.Codes()[1:] {
 		w, ok := want[c]

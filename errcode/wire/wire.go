@@ -49,6 +49,7 @@ var table = [...]struct {
 	{errcode.UnsupportedAssignor, cohortv1.ErrorCode_ERROR_CODE_UNSUPPORTED_ASSIGNOR},
 	{errcode.StaleMemberEpoch, cohortv1.ErrorCode_ERROR_CODE_STALE_MEMBER_EPOCH},
 	{errcode.UnreleasedInstanceID, cohortv1.ErrorCode_ERROR_CODE_UNRELEASED_INSTANCE_ID},
+	{errcode.InvalidRegularExpression, cohortv1.ErrorCode_ERROR_CODE_INVALID_REGULAR_EXPRESSION},
 }
 
 // ToEnum returns the API enum value of c; false for Unknown and numbers

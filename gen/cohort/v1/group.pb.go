@@ -57,10 +57,11 @@ const (
 	ErrorCode_ERROR_CODE_BUDGET_EXCEEDED           ErrorCode = 27
 	ErrorCode_ERROR_CODE_GROUP_SUBSCRIBED_TO_TOPIC ErrorCode = 28
 	// Consumer groups (Kafka's KIP-848 protocol).
-	ErrorCode_ERROR_CODE_FENCED_MEMBER_EPOCH    ErrorCode = 29
-	ErrorCode_ERROR_CODE_UNSUPPORTED_ASSIGNOR   ErrorCode = 30
-	ErrorCode_ERROR_CODE_STALE_MEMBER_EPOCH     ErrorCode = 31
-	ErrorCode_ERROR_CODE_UNRELEASED_INSTANCE_ID ErrorCode = 32
+	ErrorCode_ERROR_CODE_FENCED_MEMBER_EPOCH        ErrorCode = 29
+	ErrorCode_ERROR_CODE_UNSUPPORTED_ASSIGNOR       ErrorCode = 30
+	ErrorCode_ERROR_CODE_STALE_MEMBER_EPOCH         ErrorCode = 31
+	ErrorCode_ERROR_CODE_UNRELEASED_INSTANCE_ID     ErrorCode = 32
+	ErrorCode_ERROR_CODE_INVALID_REGULAR_EXPRESSION ErrorCode = 33
 )
 
 // Enum value maps for ErrorCode.
@@ -99,6 +100,7 @@ var (
 		30: "ERROR_CODE_UNSUPPORTED_ASSIGNOR",
 		31: "ERROR_CODE_STALE_MEMBER_EPOCH",
 		32: "ERROR_CODE_UNRELEASED_INSTANCE_ID",
+		33: "ERROR_CODE_INVALID_REGULAR_EXPRESSION",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_NONE":                        0,
@@ -134,6 +136,7 @@ var (
 		"ERROR_CODE_UNSUPPORTED_ASSIGNOR":        30,
 		"ERROR_CODE_STALE_MEMBER_EPOCH":          31,
 		"ERROR_CODE_UNRELEASED_INSTANCE_ID":      32,
+		"ERROR_CODE_INVALID_REGULAR_EXPRESSION":  33,
 	}
 )
 
@@ -3211,7 +3214,7 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
 	"partitions\"\x17\n" +
-	"\x15AddPartitionsResponse*\x81\t\n" +
+	"\x15AddPartitionsResponse*\xac\t\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -3246,7 +3249,8 @@ const file_cohort_v1_group_proto_rawDesc = "" +
 	"\x1eERROR_CODE_FENCED_MEMBER_EPOCH\x10\x1d\x12#\n" +
 	"\x1fERROR_CODE_UNSUPPORTED_ASSIGNOR\x10\x1e\x12!\n" +
 	"\x1dERROR_CODE_STALE_MEMBER_EPOCH\x10\x1f\x12%\n" +
-	"!ERROR_CODE_UNRELEASED_INSTANCE_ID\x10 2\xe8\x06\n" +
+	"!ERROR_CODE_UNRELEASED_INSTANCE_ID\x10 \x12)\n" +
+	"%ERROR_CODE_INVALID_REGULAR_EXPRESSION\x10!2\xe8\x06\n" +
 	"\x10GroupCoordinator\x12F\n" +
 	"\tJoinGroup\x12\x1b.cohort.v1.JoinGroupRequest\x1a\x1c.cohort.v1.JoinGroupResponse\x12F\n" +
 	"\tSyncGroup\x12\x1b.cohort.v1.SyncGroupRequest\x1a\x1c.cohort.v1.SyncGroupResponse\x12F\n" +

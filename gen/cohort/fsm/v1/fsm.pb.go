@@ -1473,12 +1473,18 @@ type ConsumerHeartbeat struct {
 	// Empty: unchanged (the group's default on a join).
 	ServerAssignor string `protobuf:"bytes,9,opt,name=server_assignor,json=serverAssignor,proto3" json:"server_assignor,omitempty"`
 	// has_owned: owned is what the member holds now (else unchanged).
-	HasOwned      bool               `protobuf:"varint,10,opt,name=has_owned,json=hasOwned,proto3" json:"has_owned,omitempty"`
-	Owned         []*TopicPartitions `protobuf:"bytes,11,rep,name=owned,proto3" json:"owned,omitempty"`
-	ClientId      string             `protobuf:"bytes,12,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	ClientHost    string             `protobuf:"bytes,13,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HasOwned   bool               `protobuf:"varint,10,opt,name=has_owned,json=hasOwned,proto3" json:"has_owned,omitempty"`
+	Owned      []*TopicPartitions `protobuf:"bytes,11,rep,name=owned,proto3" json:"owned,omitempty"`
+	ClientId   string             `protobuf:"bytes,12,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientHost string             `protobuf:"bytes,13,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	// has_regex: subscribed_topic_regex is stated (else unchanged; command
+	// rules 6 and later). The member subscribes to every topic whose whole
+	// name the regular expression (RE2 syntax) matches, besides
+	// subscribed_topics; an empty one matches none.
+	HasRegex             bool   `protobuf:"varint,14,opt,name=has_regex,json=hasRegex,proto3" json:"has_regex,omitempty"`
+	SubscribedTopicRegex string `protobuf:"bytes,15,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3" json:"subscribed_topic_regex,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ConsumerHeartbeat) Reset() {
@@ -1598,6 +1604,20 @@ func (x *ConsumerHeartbeat) GetClientId() string {
 func (x *ConsumerHeartbeat) GetClientHost() string {
 	if x != nil {
 		return x.ClientHost
+	}
+	return ""
+}
+
+func (x *ConsumerHeartbeat) GetHasRegex() bool {
+	if x != nil {
+		return x.HasRegex
+	}
+	return false
+}
+
+func (x *ConsumerHeartbeat) GetSubscribedTopicRegex() string {
+	if x != nil {
+		return x.SubscribedTopicRegex
 	}
 	return ""
 }
@@ -2769,6 +2789,7 @@ type ConsumerMember struct {
 	Assigned           *Assignment            `protobuf:"bytes,11,opt,name=assigned,proto3" json:"assigned,omitempty"`
 	Revoking           *Assignment            `protobuf:"bytes,12,opt,name=revoking,proto3" json:"revoking,omitempty"`
 	Target             *Assignment            `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	TopicRegex         string                 `protobuf:"bytes,14,opt,name=topic_regex,json=topicRegex,proto3" json:"topic_regex,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2892,6 +2913,13 @@ func (x *ConsumerMember) GetTarget() *Assignment {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *ConsumerMember) GetTopicRegex() string {
+	if x != nil {
+		return x.TopicRegex
+	}
+	return ""
 }
 
 type SnapshotTrailer struct {
@@ -3089,7 +3117,7 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\x125\n" +
-	"\aoffsets\x18\x05 \x03(\v2\x1b.cohort.fsm.v1.OffsetCommitR\aoffsets\"\xe0\x03\n" +
+	"\aoffsets\x18\x05 \x03(\v2\x1b.cohort.fsm.v1.OffsetCommitR\aoffsets\"\xb3\x04\n" +
 	"\x11ConsumerHeartbeat\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
@@ -3107,7 +3135,9 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05owned\x18\v \x03(\v2\x1e.cohort.fsm.v1.TopicPartitionsR\x05owned\x12\x1b\n" +
 	"\tclient_id\x18\f \x01(\tR\bclientId\x12\x1f\n" +
 	"\vclient_host\x18\r \x01(\tR\n" +
-	"clientHost\"B\n" +
+	"clientHost\x12\x1b\n" +
+	"\thas_regex\x18\x0e \x01(\bR\bhasRegex\x124\n" +
+	"\x16subscribed_topic_regex\x18\x0f \x01(\tR\x14subscribedTopicRegex\"B\n" +
 	"\fPartitionKey\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\"g\n" +
@@ -3201,7 +3231,7 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x10assignment_epoch\x18\x03 \x01(\x05R\x0fassignmentEpoch\x12\x1a\n" +
 	"\bassignor\x18\x04 \x01(\tR\bassignor\x127\n" +
 	"\amembers\x18\x05 \x03(\v2\x1d.cohort.fsm.v1.ConsumerMemberR\amembers\x12(\n" +
-	"\x10state_changed_ms\x18\x06 \x01(\x03R\x0estateChangedMs\"\xe9\x03\n" +
+	"\x10state_changed_ms\x18\x06 \x01(\x03R\x0estateChangedMs\"\x8a\x04\n" +
 	"\x0eConsumerMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -3218,7 +3248,9 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	" \x01(\x05R\rpreviousEpoch\x125\n" +
 	"\bassigned\x18\v \x01(\v2\x19.cohort.fsm.v1.AssignmentR\bassigned\x125\n" +
 	"\brevoking\x18\f \x01(\v2\x19.cohort.fsm.v1.AssignmentR\brevoking\x121\n" +
-	"\x06target\x18\r \x01(\v2\x19.cohort.fsm.v1.AssignmentR\x06target\"\x89\x01\n" +
+	"\x06target\x18\r \x01(\v2\x19.cohort.fsm.v1.AssignmentR\x06target\x12\x1f\n" +
+	"\vtopic_regex\x18\x0e \x01(\tR\n" +
+	"topicRegex\"\x89\x01\n" +
 	"\x0fSnapshotTrailer\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x16\n" +
 	"\x06topics\x18\x02 \x01(\x04R\x06topics\x12\x16\n" +
