@@ -239,3 +239,29 @@ func BenchmarkRebalanceRound1000Members(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*members), "µs/join")
 }
+
+// BenchmarkConsumerJoinLeave measures a KIP-848 consumer group member's
+// join and leave (two entries per iteration) against the group's size: each
+// computes every member's target with the uniform (sticky) assignor, so
+// the cost grows with members plus partitions (the topic has members + 64
+// partitions), linearly.
+func BenchmarkConsumerJoinLeave(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			h := newHarness(b)
+			h.ok(at(1, createTopic{"t", int32(n + 64)}))
+			ts := int64(2)
+			for i := range n {
+				ts++
+				h.ok(at(ts, hb{group: "g", member: fmt.Sprintf("m%05d", i), topics: []string{"t"}}))
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				ts++
+				h.ok(at(ts, hb{group: "g", member: fmt.Sprintf("x%05d", i), topics: []string{"t"}}))
+				ts++
+				h.ok(at(ts, hb{group: "g", member: fmt.Sprintf("x%05d", i), epoch: -1}))
+			}
+		})
+	}
+}

@@ -524,7 +524,11 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 			subscribed = sortedUnique(append(slices.Clone(m.Topics), matched...))
 		}
 		am := assign.Member{ID: m.ID, InstanceID: m.InstanceID, Topics: subscribed, Generation: assign.NoGeneration}
-		for _, tp := range union(m.Assigned, m.Revoking).Topics {
+		held := m.Assigned
+		if m.Revoking.Len() > 0 {
+			held = union(m.Assigned, m.Revoking)
+		}
+		for _, tp := range held.Topics {
 			am.Owned = append(am.Owned, assign.TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
 		}
 		if len(am.Owned) > 0 {
