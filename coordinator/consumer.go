@@ -103,8 +103,19 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 		}
 	}
 	// A new group epoch sends every member's next heartbeat to the log at
-	// once: they share entries as commits and joins do.
-	res, err := e.commits.submit(ctx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: hb}})
+	// once: they share entries as commits and joins do. A join or a leave
+	// goes alone: its apply computes every member's target, O(members +
+	// partitions), and hundreds of them in one entry (a large group
+	// forming) would hold every replica's apply, and the reads behind it,
+	// for a second at a time.
+	cmd := &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: hb}}
+	var res *fsm.ApplyResult
+	var err error
+	if hb.GetMemberEpoch() > 0 {
+		res, err = e.commits.submit(ctx, cmd)
+	} else {
+		res, err = e.propose(ctx, cmd)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +216,7 @@ func (e *Engine) expireConsumer(ctx context.Context, k memberKey) {
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
 	defer cancel()
-	res, err := e.commits.submit(actx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: &fsmv1.ConsumerHeartbeat{
+	res, err := e.propose(actx, &fsmv1.Command{Kind: &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: &fsmv1.ConsumerHeartbeat{
 		GroupId: k.group, MemberId: k.member, MemberEpoch: -1, RebalanceTimeoutMs: -1,
 	}}})
 	e.mu.Lock()

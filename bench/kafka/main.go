@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,7 @@ type options struct {
 	json          bool
 	dir           string
 	timeout       time.Duration
+	cpuProfile    string
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -68,6 +70,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document in cohort-bench's --json format instead of text")
 	fs.StringVar(&o.dir, "dir", "", "directory under which Cohort's data go (default: the system's temporary directory); removed afterwards")
 	fs.DurationVar(&o.timeout, "timeout", time.Hour, "bound on the whole run")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (both targets and the clients, one process) to this file")
 }
 
 // validate checks the options once and returns the parsed lists.
@@ -150,7 +153,19 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kafka-bench: cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, o, os.Stdout); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "kafka-bench:", err)
 		os.Exit(1)
 	}
