@@ -157,6 +157,7 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			known = append(known, fsm.TopicPartitionCount{Name: name, Partitions: n})
 		}
 	})
+	resp.Topics = make([]kmsg.MetadataResponseTopic, 0, len(known))
 	for _, t := range known {
 		mt := kmsg.NewMetadataResponseTopic()
 		name := t.Name
@@ -168,6 +169,7 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
 		default:
 			mt.TopicID = TopicID(name)
+			mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)
 			for p := range t.Partitions {
 				mp := kmsg.NewMetadataResponseTopicPartition()
 				mp.Partition = p

@@ -224,7 +224,15 @@ type conn struct {
 	// mechanism is the SASL mechanism a handshake chose, until the
 	// authentication that follows it (sasl.go).
 	mechanism string
+	// out is the last answer's buffer, reused for the next (a connection
+	// serves one request at a time): a Metadata answer for a large topic
+	// is tens of kilobytes, and a thousand consumers ask often.
+	out []byte
 }
+
+// maxKeptAnswerBytes bounds the answer buffer a connection keeps between
+// requests.
+const maxKeptAnswerBytes = 1 << 20
 
 func (s *Server) serveConn(nc net.Conn) {
 	c := &conn{nc: nc}
@@ -280,6 +288,9 @@ func (s *Server) serveConn(nc net.Conn) {
 		}
 		if err := w.Flush(); err != nil {
 			return
+		}
+		if c.out = out[:0]; cap(c.out) > maxKeptAnswerBytes {
+			c.out = nil
 		}
 	}
 }
@@ -349,7 +360,7 @@ func (s *Server) handle(c *conn, frame []byte) ([]byte, error) {
 	}
 	if h.version < api.min || h.version > api.max {
 		if h.key == kmsg.ApiVersions.Int16() {
-			return frameResponse(h, unsupportedAPIVersions(), false), nil
+			return frameResponse(c.out, h, unsupportedAPIVersions(), false), nil
 		}
 		return nil, fmt.Errorf("%s v%d is not served (v%d to v%d are)", kmsg.NameForKey(h.key), h.version, api.min, api.max)
 	}
@@ -367,14 +378,14 @@ func (s *Server) handle(c *conn, frame []byte) ([]byte, error) {
 	resp := s.serve(c, h, req)
 	resp.SetVersion(h.version)
 	s.m.observe(kmsg.NameForKey(h.key), time.Since(start))
-	return frameResponse(h, resp, req.IsFlexible()), nil
+	return frameResponse(c.out, h, resp, req.IsFlexible()), nil
 }
 
 // frameResponse is the size, the response header (the correlation ID,
 // and empty tagged fields on a flexible version but ApiVersions', whose
-// header is always v0) and the body.
-func frameResponse(h header, resp kmsg.Response, flexible bool) []byte {
-	out := make([]byte, 8, 64)
+// header is always v0) and the body, in dst's storage (reused).
+func frameResponse(dst []byte, h header, resp kmsg.Response, flexible bool) []byte {
+	out := append(dst[:0], 0, 0, 0, 0, 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(out[4:], uint32(h.correlation))
 	if flexible && h.key != kmsg.ApiVersions.Int16() {
 		out = append(out, 0)
