@@ -400,18 +400,25 @@ func (s *State) consumerRejoin(now int64, g *ConsumerGroup, others []*ConsumerMe
 	m.Topics, m.Regex, m.re, m.Assignor = sortedUnique(c.GetSubscribedTopics()), c.GetSubscribedTopicRegex(), re, c.GetServerAssignor()
 	changed := !slices.Equal(m.Topics, departed.Topics) || m.Regex != departed.Regex || m.Assignor != departed.Assignor
 	members := insertSorted(slices.DeleteFunc(others, func(o *ConsumerMember) bool { return o == departed }), &m)
-	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
-	if g.bytes != 0 {
-		ng.bytes = g.bytes - consumerMemberBytes(departed) + consumerMemberBytes(&m)
-	}
+	return s.reconcileAndStore(s.withMember(now, g, members, departed, &m, changed), m.ID, nil)
+}
+
+// withMember is g whose members are now members, where m took old's
+// place: at the same epoch with its size kept, or, when the group's inputs
+// changed (subscription or assignor), rebalanced at a new epoch.
+func (s *State) withMember(now int64, g *ConsumerGroup, members []*ConsumerMember, old, m *ConsumerMember, changed bool) *ConsumerGroup {
 	if changed {
 		assignor := g.Assignor
 		if m.Assignor != "" {
 			assignor = m.Assignor
 		}
-		ng = s.rebalanced(now, g, members, assignor)
+		return s.rebalanced(now, g, members, assignor)
 	}
-	return s.reconcileAndStore(ng, m.ID, nil)
+	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
+	if g.bytes != 0 {
+		ng.bytes = g.bytes - consumerMemberBytes(old) + consumerMemberBytes(m)
+	}
+	return ng
 }
 
 func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeartbeat) *ApplyResult {
@@ -465,18 +472,7 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 		a := assignmentFromProto(&fsmv1.Assignment{Topics: c.GetOwned()})
 		owned = &a
 	}
-	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
-	if g.bytes != 0 {
-		ng.bytes = g.bytes - consumerMemberBytes(old) + consumerMemberBytes(&m)
-	}
-	if changed {
-		assignor := g.Assignor
-		if m.Assignor != "" {
-			assignor = m.Assignor
-		}
-		ng = s.rebalanced(now, g, members, assignor)
-	}
-	return s.reconcileAndStore(ng, m.ID, owned)
+	return s.reconcileAndStore(s.withMember(now, g, members, old, &m, changed), m.ID, owned)
 }
 
 // checkConsumerStrings bounds the strings a heartbeat may store.

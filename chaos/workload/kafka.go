@@ -54,7 +54,10 @@ func CheckKafkaProtocol(p string) error {
 // cooperative-sticky protocol (Protocol classic) or the coordinator's
 // assignments (Protocol consumer, KIP-848), no autocommit, a commit of
 // every held partition every CommitEvery, and now and then one consumer
-// closed and replaced, so that the group rebalances under faults.
+// closed and replaced, so that the group rebalances under faults. In a
+// consumer group the even slots are static members (an instance ID per
+// slot): a replaced one leaves with epoch -2 and its successor takes its
+// place and partitions, so static restarts happen under faults too.
 //
 // Every commit of a partition takes its offset from one workload-wide
 // counter per partition, so a later commit is always larger than an earlier
@@ -227,13 +230,13 @@ func (w *Kafka) Run(ctx context.Context) {
 // slot runs one consumer after another until ctx ends.
 func (w *Kafka) slot(ctx context.Context, i int, restart <-chan struct{}) {
 	for inc := 0; ctx.Err() == nil; inc++ {
-		c, err := w.newConsumer(fmt.Sprintf("kafka-c%d.%d", i, inc))
+		c, err := w.newConsumer(fmt.Sprintf("kafka-c%d.%d", i, inc), w.instance(i))
 		if err != nil {
 			w.Log.Warn("kafka consumer: new client", "slot", i, "err", err)
 			sleep(ctx, time.Second)
 			continue
 		}
-		w.Log.Info("kafka consumer joins", "consumer", c.name, "group", w.group(), "protocol", w.Protocol)
+		w.Log.Info("kafka consumer joins", "consumer", c.name, "group", w.group(), "protocol", w.Protocol, "instance", w.instance(i))
 		w.mu.Lock()
 		w.live[i] = c
 		w.mu.Unlock()
@@ -269,9 +272,18 @@ func (w *Kafka) slot(ctx context.Context, i int, restart <-chan struct{}) {
 	}
 }
 
+// instance is slot i's static instance ID: the even slots' of a consumer
+// group, "" (a dynamic member) otherwise.
+func (w *Kafka) instance(i int) string {
+	if w.Protocol != KafkaConsumer || i%2 != 0 {
+		return ""
+	}
+	return fmt.Sprintf("kafka-static-%d", i)
+}
+
 // newConsumer makes a kgo consumer of the group (it joins in the
-// background).
-func (w *Kafka) newConsumer(name string) (*kafkaConsumer, error) {
+// background), static when instance is not "".
+func (w *Kafka) newConsumer(name, instance string) (*kafkaConsumer, error) {
 	c := &kafkaConsumer{name: name, held: map[int32]bool{}}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(w.KafkaEndpoints...), kgo.ClientID(name),
@@ -294,6 +306,9 @@ func (w *Kafka) newConsumer(name string) (*kafkaConsumer, error) {
 	} else {
 		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()),
 			kgo.SessionTimeout(w.SessionTimeout), kgo.HeartbeatInterval(200*time.Millisecond))
+	}
+	if instance != "" {
+		opts = append(opts, kgo.InstanceID(instance))
 	}
 	if tc := w.Creds.Client.TLS; tc != nil {
 		opts = append(opts, kgo.DialTLSConfig(tc))
