@@ -23,6 +23,7 @@ import (
 	"github.com/cohortlabs/cohort/internal/kafkatest"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 	"github.com/cohortlabs/cohort/kafka"
+	"github.com/cohortlabs/cohort/server"
 )
 
 // raw is a bare Kafka connection: requests written and answers read by
@@ -496,6 +497,75 @@ func TestWire_ConsumerGroupsWaitForRules5(t *testing.T) {
 		resp := cgh(r, "upgrading", "m1", 0, []string{"orders"}, nil, 30_000)
 		return resp.ErrorCode == 0 && held(resp) == 2, fmt.Sprintf("error %d, %d partitions", resp.ErrorCode, held(resp))
 	})
+}
+
+// TestWire_RollingUpgradeToRules6: while one server runs a cohortd that
+// applies command rules 5 (a rolling upgrade under way), consumer groups
+// are served by topic name, a subscription by regular expression is
+// answered COORDINATOR_NOT_AVAILABLE (which Kafka clients retry) and
+// written nowhere, and a static member's leave removes it, as under rules
+// 5. Once that server is restarted on the new binary, the cluster writes
+// under rules 6: the same heartbeat joins, and a static member's leave
+// keeps it for its instance to return.
+func TestWire_RollingUpgradeToRules6(t *testing.T) {
+	const old = 2
+	opts := testcluster.Options{Coordinator: testcluster.DefaultCoordinator(), Kafka: true, MaxCommandRules: func(i int) uint32 {
+		if i == old {
+			return 5
+		}
+		return 0
+	}}
+	c := testcluster.Start(t, 3, opts)
+	waitBrokers(t, c)
+	adm := kadm.NewClient(kafkatest.NewClient(t, c.KafkaAddrs()))
+	createTopic(t, c, adm, "orders", 2)
+	rules := func() uint32 { return c.Nodes[c.Leader()].Node.CommandRules() }
+	testcluster.WaitFor(t, 30*time.Second, "the cluster to write under rules 5", func() (bool, string) {
+		return rules() == 5, fmt.Sprintf("rules %d", rules())
+	})
+	groupExists := func(id string) (ok bool) {
+		c.Nodes[c.Leader()].FSM.Read(func(s *fsm.State) { _, ok = s.ConsumerGroup(id) })
+		return ok
+	}
+	regex := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	regex.SetVersion(1)
+	regex.Group, regex.MemberID, regex.RebalanceTimeoutMillis, regex.SubscribedTopicRegex = "by-regex", "m-regex", 30_000, kmsg.StringPtr("ord.*")
+	static := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	static.SetVersion(1)
+	static.Group, static.MemberID, static.InstanceID, static.RebalanceTimeoutMillis, static.SubscribedTopicNames = "statics", "m-static", kmsg.StringPtr("instance-1"), 30_000, []string{"orders"}
+
+	r := dial(t, c.KafkaAddr(c.Leader()))
+	if resp := r.do(regex).(*kmsg.ConsumerGroupHeartbeatResponse); resp.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+		t.Fatalf("a join by regular expression under rules 5: error %d, want COORDINATOR_NOT_AVAILABLE (retriable)", resp.ErrorCode)
+	}
+	if groupExists("by-regex") {
+		t.Fatal("a refused join by regular expression created a group")
+	}
+	if resp := r.do(static).(*kmsg.ConsumerGroupHeartbeatResponse); resp.ErrorCode != 0 || held(resp) != 2 {
+		t.Fatalf("a static join by name under rules 5: error %d, %d partitions", resp.ErrorCode, held(resp))
+	}
+	if resp := cgh(r, "statics", "m-static", -2, nil, nil, -1); resp.ErrorCode != 0 || resp.MemberEpoch != -1 {
+		t.Fatalf("a static leave under rules 5: error %d, epoch %d, want -1 (removed)", resp.ErrorCode, resp.MemberEpoch)
+	}
+
+	// The upgrade's last step: the old server runs the new binary.
+	c.Kill(old)
+	c.RestartWith(old, func(cfg *server.Config) { cfg.MaxCommandRules = 0 })
+	testcluster.WaitFor(t, 30*time.Second, "the cluster to write under rules 6", func() (bool, string) {
+		return rules() == fsm.CommandVersion, fmt.Sprintf("rules %d", rules())
+	})
+	r = dial(t, c.KafkaAddr(c.Leader()))
+	testcluster.WaitFor(t, 30*time.Second, "the join by regular expression", func() (bool, string) {
+		resp := r.do(regex).(*kmsg.ConsumerGroupHeartbeatResponse)
+		return resp.ErrorCode == 0 && held(resp) == 2, fmt.Sprintf("error %d, %d partitions", resp.ErrorCode, held(resp))
+	})
+	static.MemberID = "m-static-2"
+	if resp := r.do(static).(*kmsg.ConsumerGroupHeartbeatResponse); resp.ErrorCode != 0 {
+		t.Fatalf("a static join under rules 6: error %d", resp.ErrorCode)
+	}
+	if resp := cgh(r, "statics", "m-static-2", -2, nil, nil, -1); resp.ErrorCode != 0 || resp.MemberEpoch != fsm.DepartedEpoch {
+		t.Fatalf("a static leave under rules 6: error %d, epoch %d, want %d (kept)", resp.ErrorCode, resp.MemberEpoch, fsm.DepartedEpoch)
+	}
 }
 
 // TestWire_DescribeCluster: every node names the same brokers, by their

@@ -53,8 +53,12 @@ type Config struct {
 	KafkaListener net.Listener
 	// Kafka tunes the Kafka listener; the engine, FSM, cluster, security
 	// and logger are the node's.
-	Kafka  kafka.Config
-	Logger *slog.Logger
+	Kafka kafka.Config
+	// MaxCommandRules is the newest command rules this node applies and
+	// states in the node registry; 0 is fsm.CommandVersion. Lower, it
+	// stands in for an older cohortd in tests of rolling upgrades.
+	MaxCommandRules uint32
+	Logger          *slog.Logger
 }
 
 // Server is one running node.
@@ -112,6 +116,11 @@ func Start(cfg Config) (*Server, error) {
 		cfg.Coordinator.Logger = log
 	}
 	f := fsm.New()
+	if cfg.MaxCommandRules != 0 {
+		if err := f.LimitRules(cfg.MaxCommandRules); err != nil {
+			return nil, err
+		}
+	}
 	node, err := raftnode.New(cfg.Raft, f)
 	if err != nil {
 		return nil, err

@@ -42,6 +42,9 @@ type Options struct {
 	GRPC func(l *rpc.Limits)
 	// Kafka gives every node a Kafka listener on loopback (KafkaAddr).
 	Kafka bool
+	// MaxCommandRules, when set, is node i's server.Config.MaxCommandRules
+	// (0: the binary's): a node standing in for an older cohortd.
+	MaxCommandRules func(i int) uint32
 }
 
 func (o Options) grpcLimits() rpc.Limits {
@@ -145,6 +148,9 @@ func Start(t testing.TB, size int, opts Options) *Cluster {
 			opts.Cluster(i, &cc)
 		}
 		n := &Node{ID: rc.NodeID, addr: join[i], cfg: server.Config{Raft: rc, Cluster: cc, Coordinator: opts.Coordinator, GRPC: opts.grpcLimits(), Logger: Logger()}}
+		if opts.MaxCommandRules != nil {
+			n.cfg.MaxCommandRules = opts.MaxCommandRules(i)
+		}
 		if opts.Kafka {
 			kl, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
