@@ -519,12 +519,17 @@ func TestWire_RollingUpgradeToRules6(t *testing.T) {
 	waitBrokers(t, c)
 	adm := kadm.NewClient(kafkatest.NewClient(t, c.KafkaAddrs()))
 	createTopic(t, c, adm, "orders", 2)
-	rules := func() uint32 { return c.Nodes[c.Leader()].Node.CommandRules() }
+	rules := func() uint32 {
+		if l := c.Leader(); l >= 0 {
+			return c.Nodes[l].Node.CommandRules()
+		}
+		return 0 // no leader (an election after the old server's restart)
+	}
 	testcluster.WaitFor(t, 30*time.Second, "the cluster to write under rules 5", func() (bool, string) {
 		return rules() == 5, fmt.Sprintf("rules %d", rules())
 	})
 	groupExists := func(id string) (ok bool) {
-		c.Nodes[c.Leader()].FSM.Read(func(s *fsm.State) { _, ok = s.ConsumerGroup(id) })
+		c.Nodes[c.WaitServing()].FSM.Read(func(s *fsm.State) { _, ok = s.ConsumerGroup(id) })
 		return ok
 	}
 	regex := kmsg.NewPtrConsumerGroupHeartbeatRequest()
@@ -534,7 +539,7 @@ func TestWire_RollingUpgradeToRules6(t *testing.T) {
 	static.SetVersion(1)
 	static.Group, static.MemberID, static.InstanceID, static.RebalanceTimeoutMillis, static.SubscribedTopicNames = "statics", "m-static", kmsg.StringPtr("instance-1"), 30_000, []string{"orders"}
 
-	r := dial(t, c.KafkaAddr(c.Leader()))
+	r := dial(t, c.KafkaAddr(c.WaitServing()))
 	if resp := r.do(regex).(*kmsg.ConsumerGroupHeartbeatResponse); resp.ErrorCode != kerr.CoordinatorNotAvailable.Code {
 		t.Fatalf("a join by regular expression under rules 5: error %d, want COORDINATOR_NOT_AVAILABLE (retriable)", resp.ErrorCode)
 	}
@@ -551,10 +556,11 @@ func TestWire_RollingUpgradeToRules6(t *testing.T) {
 	// The upgrade's last step: the old server runs the new binary.
 	c.Kill(old)
 	c.RestartWith(old, func(cfg *server.Config) { cfg.MaxCommandRules = 0 })
+	c.WaitServing()
 	testcluster.WaitFor(t, 30*time.Second, "the cluster to write under rules 6", func() (bool, string) {
 		return rules() == fsm.CommandVersion, fmt.Sprintf("rules %d", rules())
 	})
-	r = dial(t, c.KafkaAddr(c.Leader()))
+	r = dial(t, c.KafkaAddr(c.WaitServing()))
 	testcluster.WaitFor(t, 30*time.Second, "the join by regular expression", func() (bool, string) {
 		resp := r.do(regex).(*kmsg.ConsumerGroupHeartbeatResponse)
 		return resp.ErrorCode == 0 && held(resp) == 2, fmt.Sprintf("error %d, %d partitions", resp.ErrorCode, held(resp))
