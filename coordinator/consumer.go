@@ -85,6 +85,9 @@ func (e *Engine) ConsumerHeartbeat(ctx context.Context, hb *fsmv1.ConsumerHeartb
 		switch rules := r.CommandRules(); {
 		case rules < 5:
 			return nil, errcode.Errorf(errcode.CoordinatorNotAvailable, "consumer groups need command rules 5 and the cluster writes under rules %d until every server has registered a cohortd that applies them: retry", rules)
+		case rules < 6 && hb.GetHasRegex() && hb.GetSubscribedTopicRegex() == "":
+			// No expression, where no member can have one: nothing to say.
+			hb.HasRegex = false
 		case rules < 6 && hb.GetHasRegex():
 			return nil, errcode.Errorf(errcode.CoordinatorNotAvailable, "subscriptions by regular expression need command rules 6 and the cluster writes under rules %d until every server has registered a cohortd that applies them: retry", rules)
 		}

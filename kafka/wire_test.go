@@ -546,9 +546,11 @@ func TestWire_RollingUpgradeToRules6(t *testing.T) {
 	if groupExists("by-regex") {
 		t.Fatal("a refused join by regular expression created a group")
 	}
+	static.SubscribedTopicRegex = kmsg.StringPtr("") // no expression: as if not stated
 	if resp := r.do(static).(*kmsg.ConsumerGroupHeartbeatResponse); resp.ErrorCode != 0 || held(resp) != 2 {
-		t.Fatalf("a static join by name under rules 5: error %d, %d partitions", resp.ErrorCode, held(resp))
+		t.Fatalf("a static join by name (and an empty expression) under rules 5: error %d, %d partitions", resp.ErrorCode, held(resp))
 	}
+	static.SubscribedTopicRegex = nil
 	if resp := cgh(r, "statics", "m-static", -2, nil, nil, -1); resp.ErrorCode != 0 || resp.MemberEpoch != -1 {
 		t.Fatalf("a static leave under rules 5: error %d, epoch %d, want -1 (removed)", resp.ErrorCode, resp.MemberEpoch)
 	}
