@@ -216,13 +216,7 @@ func (e *Engine) adoptBudgets(ctx context.Context, epoch uint64) bool {
 			return true
 		}
 		actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
-		cmd := fsm.SetBudgetsCommand(e.cfg.Budgets)
-		// Under the rules every server applies (raftnode fills them in),
-		// not this binary's newest: during a rolling upgrade a new leader
-		// takes office while older servers still follow, and an entry
-		// under rules they do not know halts them.
-		cmd.Version = 0
-		res, err := e.propose(actx, cmd)
+		res, err := e.propose(actx, fsm.SetBudgetsCommand(e.cfg.Budgets))
 		cancel()
 		if err == nil && res.Err == nil {
 			e.log.Info("budgets set", "budgets", fmt.Sprintf("%+v", e.cfg.Budgets))

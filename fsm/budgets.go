@@ -139,9 +139,13 @@ func budgetsFromProto(p *fsmv1.Budgets) Budgets {
 	}
 }
 
-// SetBudgetsCommand is the command that makes b the cluster's budgets.
+// SetBudgetsCommand is the command that makes b the cluster's budgets. Its
+// version is left 0, so that a leader's raftnode writes it under the rules
+// every server applies: during a rolling upgrade a new leader takes office
+// while older servers still follow, and an entry under rules they do not
+// know halts them. Who applies it directly sets the version.
 func SetBudgetsCommand(b Budgets) *fsmv1.Command {
-	return &fsmv1.Command{Version: CommandVersion, Kind: &fsmv1.Command_SetBudgets{SetBudgets: &fsmv1.SetBudgets{Budgets: b.Proto()}}}
+	return &fsmv1.Command{Kind: &fsmv1.Command_SetBudgets{SetBudgets: &fsmv1.SetBudgets{Budgets: b.Proto()}}}
 }
 
 func (s *State) setBudgets(c *fsmv1.SetBudgets) *ApplyResult {
