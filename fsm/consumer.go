@@ -500,13 +500,13 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 	ng.AssignmentEpoch = ng.Epoch
 	in := make([]assign.Member, len(members))
 	topics := map[string]int32{}
-	var registry []string             // the topics' names, sorted: read once, if a member has a regex
-	resolved := map[string][]string{} // regex -> the member's whole subscription, once per expression
+	var registry []string            // the topics' names, sorted: read once, if a member has a regex
+	var resolved map[string][]string // regex -> the topics it matches, once per expression
 	for i, m := range members {
 		subscribed := m.Topics
 		if m.re != nil {
-			if registry == nil {
-				registry = slices.Sorted(maps.Keys(s.topics))
+			if resolved == nil {
+				registry, resolved = slices.Sorted(maps.Keys(s.topics)), map[string][]string{}
 			}
 			matched, ok := resolved[m.Regex]
 			if !ok {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -309,7 +310,7 @@ func settle(t *testing.T, h *harness, ts *int64) *ConsumerGroup {
 	return nil
 }
 
-// held is the partitions member id of g holds, as topic/partition strings.
+// heldBy is the partitions member id of g holds, as topic/partition strings.
 func heldBy(g *ConsumerGroup, id string) []string {
 	m, ok := g.Member(id)
 	if !ok {
@@ -318,7 +319,7 @@ func heldBy(g *ConsumerGroup, id string) []string {
 	var out []string
 	for _, tp := range m.Assigned.Topics {
 		for _, p := range tp.Partitions {
-			out = append(out, tp.Topic+"/"+string(rune('0'+p)))
+			out = append(out, fmt.Sprintf("%s/%d", tp.Topic, p))
 		}
 	}
 	return out
