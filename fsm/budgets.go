@@ -27,8 +27,11 @@ import (
 // changed, not its metadata. Version 6: a consumer group member may
 // subscribe by a topic regular expression (ConsumerHeartbeat.has_regex),
 // and a static consumer group member's leave (epoch -2) keeps it, with its
-// assignment, for its instance to rejoin (fsm/consumer.go).
-const CommandVersion = 6
+// assignment, for its instance to rejoin (fsm/consumer.go). Version 7: a
+// new consumer group epoch advances every member whose target is what it
+// holds to that epoch in the same apply, and its heartbeats and commits
+// may state any epoch it was advanced over (ConsumerMember.AdvancedFrom).
+const CommandVersion = 7
 
 // Budgets bound the replicated state. They are part of the state (set by a
 // SetBudgets command, carried in snapshots), so every replica enforces the

@@ -77,9 +77,10 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 }
 
 // admitConsumerCommit is admitCommit for a consumer group: a member
-// commits at its current epoch (the commit's generation field), any
-// partition (Kafka checks no ownership here); a commit without a member
-// needs a group without members.
+// commits at its current epoch (the commit's generation field), or one a
+// new group epoch advanced it over (rules 7: it held the same partitions),
+// any partition (Kafka checks no ownership here); a commit without a
+// member needs a group without members.
 func (s *State) admitConsumerCommit(g *ConsumerGroup, c *fsmv1.CommitOffsets) (*ApplyResult, int) {
 	switch {
 	case c.GetMemberId() == "":
@@ -91,7 +92,7 @@ func (s *State) admitConsumerCommit(g *ConsumerGroup, c *fsmv1.CommitOffsets) (*
 		if !ok {
 			return fail(errcode.Errorf(errcode.UnknownMemberID, "member %q is not in consumer group %q", c.GetMemberId(), g.ID)), 0
 		}
-		if c.GetGeneration() != m.Epoch {
+		if c.GetGeneration() != m.Epoch && !m.advancedOver(c.GetGeneration()) {
 			return fail(errcode.Errorf(errcode.StaleMemberEpoch, "member %q of consumer group %q is at epoch %d, the commit says %d", m.ID, g.ID, m.Epoch, c.GetGeneration())), 0
 		}
 	}

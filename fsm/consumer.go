@@ -42,6 +42,16 @@ import (
 // rebalance (unless the subscription changed). The leader removes a
 // departed static member whose session runs out, as any other.
 //
+// Under rules 7 a new group epoch moves every member whose target is what
+// it already holds, with nothing to revoke, to that epoch in the same
+// apply (advance): its next heartbeat learns the epoch without an entry of
+// its own. Only the members whose partitions change write entries, so a
+// join into a group of 1,000 costs a handful of entries instead of one per
+// member. The member's client still states the epoch it was last told:
+// any epoch from AdvancedFrom to the member's is accepted, from a
+// heartbeat and from a commit, since the member has held the same
+// partitions throughout.
+//
 // A member subscribes to topics by name, and under rules 6 also by a
 // regular expression (RE2 syntax, matched against whole topic names, as
 // Kafka's RE2/J): its subscription is the union. The expression is
@@ -114,6 +124,11 @@ type ConsumerMember struct {
 	// that left (rules 6) is at DepartedEpoch, and PreviousEpoch is the
 	// epoch its successor takes.
 	Epoch, PreviousEpoch int32
+	// AdvancedFrom is the epoch the member was at when a new group epoch
+	// first advanced it without its heartbeat (rules 7; 0: not advanced
+	// since its last applied heartbeat). Its client may state any epoch
+	// from AdvancedFrom to Epoch: it has held the same partitions since.
+	AdvancedFrom int32
 	// Assigned are the partitions the member may consume; Revoking those it
 	// was told to give up and has not yet confirmed; Target its share of
 	// the group's target assignment.
@@ -183,6 +198,18 @@ func CompileTopicRegex(p string) (*regexp.Regexp, *errcode.ProtocolError) {
 		return nil, errcode.Errorf(errcode.InvalidRegularExpression, "subscribed_topic_regex %q: %v", p, err)
 	}
 	return re, nil
+}
+
+// accepts reports whether a heartbeat of m may state epoch e: m's epoch,
+// the one before it (an answer lost), or one it was advanced from.
+func (m *ConsumerMember) accepts(e int32) bool {
+	return e == m.Epoch || e == m.PreviousEpoch || m.advancedOver(e)
+}
+
+// advancedOver reports whether e is an epoch m was advanced over (rules
+// 7): from AdvancedFrom up to, not including, its epoch.
+func (m *ConsumerMember) advancedOver(e int32) bool {
+	return m.AdvancedFrom > 0 && m.AdvancedFrom <= e && e < m.Epoch
 }
 
 func (m *ConsumerMember) reconciled(target int32) bool {
@@ -305,7 +332,7 @@ func (s *State) consumerLeave(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHear
 			return &ApplyResult{Consumer: &ConsumerResult{MemberID: m.ID, Epoch: DepartedEpoch, Group: g}}
 		}
 		d := *m
-		d.PreviousEpoch, d.Epoch = m.Epoch, DepartedEpoch
+		d.PreviousEpoch, d.Epoch, d.AdvancedFrom = m.Epoch, DepartedEpoch, 0
 		return s.storeMember(g, &d, &ConsumerResult{MemberID: m.ID, Epoch: DepartedEpoch})
 	}
 	members := slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
@@ -382,7 +409,7 @@ func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	}
 	members = insertSorted(members, m)
 	ng := s.rebalanced(now, g, members, groupAssignor)
-	return s.reconcileAndStore(ng, m.ID, nil)
+	return s.reconcileAndStore(ng, m.ID, nil, 0)
 }
 
 // consumerRejoin replaces departed, a static member that left (rules 6),
@@ -400,7 +427,7 @@ func (s *State) consumerRejoin(now int64, g *ConsumerGroup, others []*ConsumerMe
 	m.Topics, m.Regex, m.re, m.Assignor = sortedUnique(c.GetSubscribedTopics()), c.GetSubscribedTopicRegex(), re, c.GetServerAssignor()
 	changed := !slices.Equal(m.Topics, departed.Topics) || m.Regex != departed.Regex || m.Assignor != departed.Assignor
 	members := insertSorted(slices.DeleteFunc(others, func(o *ConsumerMember) bool { return o == departed }), &m)
-	return s.reconcileAndStore(s.withMember(now, g, members, departed, &m, changed), m.ID, nil)
+	return s.reconcileAndStore(s.withMember(now, g, members, departed, &m, changed), m.ID, nil, 0)
 }
 
 // withMember is g whose members are now members, where m took old's
@@ -432,7 +459,7 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	if old.Departed() {
 		return fail(errcode.Errorf(errcode.FencedMemberEpoch, "member %q of consumer group %q left as a static member: its instance rejoins with epoch 0", old.ID, g.ID))
 	}
-	if e := c.GetMemberEpoch(); e != old.Epoch && e != old.PreviousEpoch {
+	if e := c.GetMemberEpoch(); !old.accepts(e) {
 		return fail(errcode.Errorf(errcode.FencedMemberEpoch, "member %q of consumer group %q is at epoch %d, the heartbeat says %d", old.ID, g.ID, old.Epoch, e))
 	}
 	if err := checkConsumerStrings(c); err != nil {
@@ -472,7 +499,7 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 		a := assignmentFromProto(&fsmv1.Assignment{Topics: c.GetOwned()})
 		owned = &a
 	}
-	return s.reconcileAndStore(s.withMember(now, g, members, old, &m, changed), m.ID, owned)
+	return s.reconcileAndStore(s.withMember(now, g, members, old, &m, changed), m.ID, owned, c.GetMemberEpoch())
 }
 
 // checkConsumerStrings bounds the strings a heartbeat may store.
@@ -494,7 +521,8 @@ func checkConsumerStrings(c *fsmv1.ConsumerHeartbeat) *errcode.ProtocolError {
 }
 
 // rebalanced is g with members and a new group epoch, every member's
-// target computed anew by assignor.
+// target computed anew by assignor. Under rules 7 a member whose target is
+// what it holds moves to the new epoch (advance, see the file comment).
 func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMember, assignor string) *ConsumerGroup {
 	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch + 1, Assignor: assignor, Members: members, StateChangedMs: now}
 	ng.AssignmentEpoch = ng.Epoch
@@ -551,17 +579,32 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 				nm.Target.Topics = append(nm.Target.Topics, TopicPartitions{Topic: tp.Topic, Partitions: tp.Partitions})
 			}
 		}
+		if s.rules >= 7 && nm.Epoch > 0 && nm.Revoking.Len() == 0 && assignmentsEqual(nm.Assigned, nm.Target) {
+			if nm.AdvancedFrom == 0 {
+				nm.AdvancedFrom = nm.Epoch
+			}
+			nm.Epoch = ng.Epoch
+		}
 		members[i] = &nm
 	}
 	return ng
 }
 
 // reconcileAndStore moves member id of g toward its target (owned: what
-// its heartbeat says it holds; nil: not stated), stores the group and
-// answers the member.
-func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment) *ApplyResult {
+// its heartbeat says it holds; nil: not stated; told: the epoch the
+// heartbeat states, 0 for a join), stores the group and answers the
+// member.
+func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment, told int32) *ApplyResult {
 	i, _ := slices.BinarySearchFunc(g.Members, id, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
 	m := *g.Members[i]
+	if m.AdvancedFrom != 0 {
+		// The answer tells the member its epoch: from now on it states
+		// that one, or (the answer lost) the one it stated.
+		if told > 0 && told != m.Epoch {
+			m.PreviousEpoch = told
+		}
+		m.AdvancedFrom = 0
+	}
 	if m.Revoking.Len() > 0 && owned != nil && intersection(*owned, m.Revoking).Len() == 0 {
 		m.Revoking = Assignment{} // the member confirmed the revocation
 	}
@@ -674,6 +717,11 @@ func intersection(a, b Assignment) Assignment {
 }
 
 func assignmentsEqual(a, b Assignment) bool {
+	if slices.EqualFunc(a.Topics, b.Topics, func(x, y TopicPartitions) bool {
+		return x.Topic == y.Topic && slices.Equal(x.Partitions, y.Partitions)
+	}) {
+		return true // the same lists: the common case, without building sets
+	}
 	return maps.Equal(partitionSet(a), partitionSet(b))
 }
 
@@ -683,7 +731,7 @@ func assignmentsEqual(a, b Assignment) bool {
 // applied (proposed) to be answered.
 func (g *ConsumerGroup) QuietHeartbeat(c *fsmv1.ConsumerHeartbeat) (*ConsumerResult, bool) {
 	m, ok := g.Member(c.GetMemberId())
-	if !ok || c.GetMemberEpoch() != m.Epoch || !m.reconciled(g.AssignmentEpoch) {
+	if !ok || c.GetMemberEpoch() != m.Epoch && !m.advancedOver(c.GetMemberEpoch()) || !m.reconciled(g.AssignmentEpoch) {
 		return nil, false
 	}
 	if c.GetHasTopics() && !slices.Equal(sortedUnique(c.GetSubscribedTopics()), m.Topics) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cohortlabs/cohort/errcode"
+	fsmv1 "github.com/cohortlabs/cohort/gen/cohort/fsm/v1"
 )
 
 // owned is an Assignment as the map a heartbeat states it with.
@@ -515,4 +516,122 @@ func TestConsumer_StaticMemberRejoinsWithItsAssignment(t *testing.T) {
 	if _, still := consumerGroup(t, h, "g").Member("s"); still {
 		t.Fatal("under rules 5 a static member's leave kept it")
 	}
+}
+
+// TestConsumer_RebalanceAdvancesMembersAtTheirTarget (rules 7): a join
+// moves every member whose target is what it holds to the new epoch in
+// the same entry, so that only the members whose partitions change write
+// entries. Their clients still state the epoch they were told: a
+// heartbeat at it is answered without an entry (QuietHeartbeat), a commit
+// at it is accepted, across a second rebalance too; an epoch from before
+// the advance is fenced. The advance survives a snapshot, and under rules
+// 6 the members stay at their epoch until they heartbeat.
+func TestConsumer_RebalanceAdvancesMembersAtTheirTarget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.ok(at(1, createTopic{"t", 6}))
+	h.ok(at(2, createTopic{"u", 2}))
+	ts := int64(3)
+	for _, id := range []string{"a", "b", "c"} {
+		ts++
+		h.ok(at(ts, hb{group: "g", member: id, topics: []string{"t"}}))
+	}
+	g := settle(t, h, &ts)
+	e := g.Epoch
+	told := map[string]int32{} // the epoch each member's client was last told
+	for _, m := range g.Members {
+		told[m.ID] = m.Epoch
+	}
+
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "d", topics: []string{"t"}}))
+	g = consumerGroup(t, h, "g")
+	var advanced, stayed []string
+	for _, m := range g.Members {
+		switch {
+		case m.ID == "d":
+		case m.Epoch == e+1 && m.AdvancedFrom == e && assignmentsEqual(m.Assigned, m.Target):
+			advanced = append(advanced, m.ID)
+		case m.Epoch == e && m.AdvancedFrom == 0 && !assignmentsEqual(m.Assigned, m.Target):
+			stayed = append(stayed, m.ID)
+		default:
+			t.Fatalf("after d joined at epoch %d: member %s at epoch %d advanced from %d, holding %v for a target of %v", e+1, m.ID, m.Epoch, m.AdvancedFrom, m.Assigned, m.Target)
+		}
+	}
+	if len(advanced) == 0 || len(stayed) == 0 {
+		t.Fatalf("after d joined: advanced %v, stayed %v; want both (6 partitions over 4 members moves some)", advanced, stayed)
+	}
+	x := advanced[0]
+	if r, ok := g.QuietHeartbeat(heartbeatOf(hb{group: "g", member: x, epoch: told[x]})); !ok || r.Epoch != e+1 {
+		t.Fatalf("%s's heartbeat at the epoch it was told (%d): quiet %v, answer %+v; want epoch %d without an entry", x, told[x], ok, r, e+1)
+	}
+	ts++
+	h.ok(at(ts, commit{group: "g", generation: told[x], member: x, topic: "t", partitions: []int32{0}, offset: 5}))
+	ts++
+	h.refused(at(ts, commit{group: "g", generation: e - 1, member: x, topic: "t", partitions: []int32{0}, offset: 6}), errcode.StaleMemberEpoch)
+	ts++
+	h.refused(at(ts, hb{group: "g", member: x, epoch: e - 1}), errcode.FencedMemberEpoch)
+
+	// A second rebalance before x heartbeats (f joins for u alone): x's
+	// target is unchanged again, and the epoch it was told still holds.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "f", topics: []string{"u"}}))
+	m := consumerMember(t, h, x)
+	if m.Epoch != e+2 || m.AdvancedFrom != e {
+		t.Fatalf("%s after the second rebalance: epoch %d advanced from %d, want %d from %d", x, m.Epoch, m.AdvancedFrom, e+2, e)
+	}
+	data := snapshotBytes(t, h.f)
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	restored.Read(func(s *State) {
+		rg, _ := s.ConsumerGroup("g")
+		if rm, _ := rg.Member(x); rm.AdvancedFrom != e || rm.Epoch != e+2 {
+			t.Fatalf("restored %s: epoch %d advanced from %d, want %d from %d", x, rm.Epoch, rm.AdvancedFrom, e+2, e)
+		}
+	})
+	ts++
+	h.ok(at(ts, commit{group: "g", generation: told[x], member: x, topic: "t", partitions: []int32{0}, offset: 7}))
+	// Applied (its owned partitions stated), the heartbeat tells x its
+	// epoch; the one it stated stays accepted, in case the answer is lost.
+	ts++
+	if res := h.ok(at(ts, hb{group: "g", member: x, epoch: told[x], owned: owned(m.Assigned)})); res.Consumer.Epoch != e+2 {
+		t.Fatalf("%s's applied heartbeat answered epoch %d, want %d", x, res.Consumer.Epoch, e+2)
+	}
+	if m = consumerMember(t, h, x); m.AdvancedFrom != 0 || m.PreviousEpoch != told[x] {
+		t.Fatalf("%s after its heartbeat: advanced from %d, previous epoch %d; want 0 and %d", x, m.AdvancedFrom, m.PreviousEpoch, told[x])
+	}
+	ts++
+	h.ok(at(ts, hb{group: "g", member: x, epoch: told[x]}))
+	ts++
+	h.refused(at(ts, commit{group: "g", generation: told[x], member: x, topic: "t", partitions: []int32{0}, offset: 8}), errcode.StaleMemberEpoch)
+	g = settle(t, h, &ts)
+	if n := len(heldBy(g, "a")) + len(heldBy(g, "b")) + len(heldBy(g, "c")) + len(heldBy(g, "d")) + len(heldBy(g, "f")); n != 8 {
+		t.Fatalf("settled group holds %d partitions, want all 8", n)
+	}
+
+	// Under rules 6 a join leaves the others at their epoch.
+	h6 := newHarness(t)
+	h6.ok(at(1, createTopic{"t", 6}))
+	ts = 2
+	for _, id := range []string{"a", "b", "c"} {
+		ts++
+		h6.ok(at(ts, hb{group: "g", member: id, topics: []string{"t"}, rules: 6}))
+	}
+	e = settle(t, h6, &ts).Epoch
+	ts++
+	h6.ok(at(ts, hb{group: "g", member: "d", topics: []string{"t"}, rules: 6}))
+	for _, m := range consumerGroup(t, h6, "g").Members {
+		if m.ID != "d" && (m.Epoch != e || m.AdvancedFrom != 0) {
+			t.Fatalf("rules 6: member %s at epoch %d advanced from %d after d joined, want %d, not advanced", m.ID, m.Epoch, m.AdvancedFrom, e)
+		}
+	}
+}
+
+// heartbeatOf is the ConsumerHeartbeat command h builds.
+func heartbeatOf(h hb) *fsmv1.ConsumerHeartbeat {
+	var c fsmv1.Command
+	h.set(&c)
+	return c.GetConsumerHeartbeat()
 }

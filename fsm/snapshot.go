@@ -201,7 +201,7 @@ func consumerGroupToProto(g *ConsumerGroup) *fsmv1.ConsumerGroup {
 			MemberId: m.ID, InstanceId: m.InstanceID, RackId: m.RackID, ClientId: m.ClientID, ClientHost: m.ClientHost,
 			RebalanceTimeoutMs: m.RebalanceTimeoutMs, Topics: m.Topics, Assignor: m.Assignor, Epoch: m.Epoch, PreviousEpoch: m.PreviousEpoch,
 			Assigned: AssignmentToProto(m.Assigned), Revoking: AssignmentToProto(m.Revoking), Target: AssignmentToProto(m.Target),
-			TopicRegex: m.Regex,
+			TopicRegex: m.Regex, AdvancedFrom: m.AdvancedFrom,
 		})
 	}
 	return pg
@@ -227,7 +227,7 @@ func consumerGroupFromProto(pg *fsmv1.ConsumerGroup) (*ConsumerGroup, error) {
 			ID: pm.GetMemberId(), InstanceID: pm.GetInstanceId(), RackID: pm.GetRackId(), ClientID: pm.GetClientId(), ClientHost: pm.GetClientHost(),
 			RebalanceTimeoutMs: pm.GetRebalanceTimeoutMs(), Topics: pm.GetTopics(), Assignor: pm.GetAssignor(), Epoch: pm.GetEpoch(), PreviousEpoch: pm.GetPreviousEpoch(),
 			Assigned: assignmentFromProto(pm.GetAssigned()), Revoking: assignmentFromProto(pm.GetRevoking()), Target: assignmentFromProto(pm.GetTarget()),
-			Regex: pm.GetTopicRegex(), re: re,
+			Regex: pm.GetTopicRegex(), re: re, AdvancedFrom: pm.GetAdvancedFrom(),
 		})
 	}
 	return g, nil

@@ -344,6 +344,7 @@ type groupResult struct {
 	rounds   []time.Duration // each measured rebalance
 	afters   []time.Duration // each round's time after the last JoinGroup written
 	gens     []int32         // generations (consumer: member epochs) each round went through (a cooperative balancer's rebalance is two)
+	entries  []uint64        // Raft entries each round wrote (replicated targets only)
 	closeDur time.Duration   // closing every member
 	rssMiB   int             // the process's resident memory with the group formed, -1 unknown
 	err      error
@@ -409,6 +410,7 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 			return res
 		case <-time.After(settle + time.Duration(phase(r)*float64(interval))):
 		}
+		index0 := indexOf(t)
 		start := time.Now()
 		if err := g.join(); err != nil {
 			res.err = err
@@ -427,6 +429,9 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 		res.rounds = append(res.rounds, end.Sub(start))
 		res.afters = append(res.afters, end.Sub(g.lastJoin()))
 		res.gens = append(res.gens, next-gen)
+		if t.raftIndex != nil {
+			res.entries = append(res.entries, indexOf(t)-index0)
+		}
 		gen = next
 	}
 	return res
@@ -483,8 +488,8 @@ func measureRebalances(ctx context.Context, o options, sizes []int, targets []*t
 			if res.err != nil {
 				fmt.Fprintf(out, "rebalance %s, %d members: %v\n", t.name, size, res.err)
 			}
-			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; %s %v; all members closed in %s%s\n",
-				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), gensNote, res.gens, res.closeDur.Round(time.Millisecond), termNote(t, term0))
+			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; %s %v%s; all members closed in %s%s\n",
+				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), gensNote, res.gens, entriesNote(res.entries), res.closeDur.Round(time.Millisecond), termNote(t, term0))
 			if len(res.rounds) < o.rounds {
 				row = append(row, "-", "-")
 				medians, afters = append(medians, 0), append(afters, 0)
@@ -514,6 +519,22 @@ func termOf(t *target) uint64 {
 		return 0
 	}
 	return t.raftTerm()
+}
+
+func indexOf(t *target) uint64 {
+	if t.raftIndex == nil {
+		return 0
+	}
+	return t.raftIndex()
+}
+
+// entriesNote lists the Raft entries each round wrote ("" for a target
+// that writes none).
+func entriesNote(entries []uint64) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; Raft entries per round %v", entries)
 }
 
 // termNote says whether t's Raft term moved since term0: an election

@@ -30,7 +30,11 @@ type target struct {
 	// not replicated). A term that moves during a measurement means an
 	// election, during which the group's coordinator is away.
 	raftTerm func() uint64
-	close    func()
+	// raftIndex is the highest last log index among the target's nodes
+	// (nil: not replicated): its growth over a round is the Raft entries
+	// the round wrote.
+	raftIndex func() uint64
+	close     func()
 }
 
 // cohortNodes is the size of Cohort's cluster, the size cohortd is run at.
@@ -69,6 +73,15 @@ func startTargets(ctx context.Context, dir string, kfakeBrokers int, consumerHB 
 				}
 			}
 			return term
+		},
+		raftIndex: func() uint64 {
+			var index uint64
+			for i := range cohortNodes {
+				if s := cl.Server(i); s != nil {
+					index = max(index, s.Node.Stats().LastIndex)
+				}
+			}
+			return index
 		},
 		close: func() { _ = cl.Close() },
 	}

@@ -2790,8 +2790,11 @@ type ConsumerMember struct {
 	Revoking           *Assignment            `protobuf:"bytes,12,opt,name=revoking,proto3" json:"revoking,omitempty"`
 	Target             *Assignment            `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
 	TopicRegex         string                 `protobuf:"bytes,14,opt,name=topic_regex,json=topicRegex,proto3" json:"topic_regex,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The epoch a new group epoch first advanced the member from without its
+	// heartbeat (command rules 7; 0: none since its last applied heartbeat).
+	AdvancedFrom  int32 `protobuf:"varint,15,opt,name=advanced_from,json=advancedFrom,proto3" json:"advanced_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConsumerMember) Reset() {
@@ -2920,6 +2923,13 @@ func (x *ConsumerMember) GetTopicRegex() string {
 		return x.TopicRegex
 	}
 	return ""
+}
+
+func (x *ConsumerMember) GetAdvancedFrom() int32 {
+	if x != nil {
+		return x.AdvancedFrom
+	}
+	return 0
 }
 
 type SnapshotTrailer struct {
@@ -3231,7 +3241,7 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x10assignment_epoch\x18\x03 \x01(\x05R\x0fassignmentEpoch\x12\x1a\n" +
 	"\bassignor\x18\x04 \x01(\tR\bassignor\x127\n" +
 	"\amembers\x18\x05 \x03(\v2\x1d.cohort.fsm.v1.ConsumerMemberR\amembers\x12(\n" +
-	"\x10state_changed_ms\x18\x06 \x01(\x03R\x0estateChangedMs\"\x8a\x04\n" +
+	"\x10state_changed_ms\x18\x06 \x01(\x03R\x0estateChangedMs\"\xaf\x04\n" +
 	"\x0eConsumerMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -3250,7 +3260,8 @@ const file_cohort_fsm_v1_fsm_proto_rawDesc = "" +
 	"\brevoking\x18\f \x01(\v2\x19.cohort.fsm.v1.AssignmentR\brevoking\x121\n" +
 	"\x06target\x18\r \x01(\v2\x19.cohort.fsm.v1.AssignmentR\x06target\x12\x1f\n" +
 	"\vtopic_regex\x18\x0e \x01(\tR\n" +
-	"topicRegex\"\x89\x01\n" +
+	"topicRegex\x12#\n" +
+	"\radvanced_from\x18\x0f \x01(\x05R\fadvancedFrom\"\x89\x01\n" +
 	"\x0fSnapshotTrailer\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x16\n" +
 	"\x06topics\x18\x02 \x01(\x04R\x06topics\x12\x16\n" +
