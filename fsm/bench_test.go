@@ -265,3 +265,81 @@ func BenchmarkConsumerJoinLeave(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConsumerRebalanceRound is one KIP-848 rebalance of a settled
+// group of n members, as the replicas see it: a member joins, then every
+// member heartbeats (confirming what it holds) until the group is Stable
+// again; then it leaves, and the same. A heartbeat the leader answers from
+// its state (QuietHeartbeat) costs no entry. Under rules 6 every member's
+// next heartbeat is an entry; under rules 7 the join's own entry moves the
+// members it leaves alone. entries/round is what each replica applies.
+func BenchmarkConsumerRebalanceRound(b *testing.B) {
+	for _, rules := range []uint32{6, 7} {
+		for _, n := range []int{10, 100, 1000} {
+			b.Run(fmt.Sprintf("rules=%d/members=%d", rules, n), func(b *testing.B) {
+				h := newHarness(b)
+				h.ok(at(1, createTopic{"t", int32(n + 8)}))
+				ts := int64(2)
+				for i := range n {
+					ts++
+					h.ok(at(ts, hb{group: "g", member: fmt.Sprintf("m%05d", i), topics: []string{"t"}, rules: rules}))
+				}
+				settleRound(b, h, &ts, rules)
+				entries := 0
+				b.ResetTimer()
+				for i := range b.N {
+					id := fmt.Sprintf("x%05d", i)
+					ts++
+					h.ok(at(ts, hb{group: "g", member: id, topics: []string{"t"}, rules: rules}))
+					entries += 1 + settleRound(b, h, &ts, rules)
+					ts++
+					h.ok(at(ts, hb{group: "g", member: id, epoch: -1, rules: rules}))
+					entries += 1 + settleRound(b, h, &ts, rules)
+				}
+				b.ReportMetric(float64(entries)/float64(2*b.N), "entries/round")
+			})
+		}
+	}
+}
+
+// settleRound heartbeats every member of consumer group "g", each at the
+// epoch its client was last told and confirming what it holds, until the
+// group is Stable; a heartbeat QuietHeartbeat answers is not applied. It
+// returns the entries applied.
+func settleRound(b testing.TB, h *harness, ts *int64, rules uint32) int {
+	told := map[string]int32{}
+	applied := 0
+	for range 8 {
+		g := readConsumerGroup(h, "g")
+		if g.State() == ConsumerStable {
+			return applied
+		}
+		for _, m := range g.Members {
+			g := readConsumerGroup(h, "g") // as the heartbeats before this one left it
+			m, _ := g.Member(m.ID)
+			e, ok := told[m.ID]
+			if !ok {
+				e = m.Epoch
+				if m.AdvancedFrom > 0 {
+					e = m.AdvancedFrom
+				}
+			}
+			beat := hb{group: "g", member: m.ID, epoch: e, owned: owned(m.Assigned), rules: rules}
+			if r, quiet := g.QuietHeartbeat(heartbeatOf(beat)); quiet {
+				told[m.ID] = r.Epoch
+				continue
+			}
+			*ts++
+			told[m.ID] = h.ok(at(*ts, beat)).Consumer.Epoch
+			applied++
+		}
+	}
+	b.Fatalf("consumer group g not Stable after 8 rounds of heartbeats")
+	return 0
+}
+
+func readConsumerGroup(h *harness, id string) *ConsumerGroup {
+	var g *ConsumerGroup
+	h.f.Read(func(s *State) { g, _ = s.ConsumerGroup(id) })
+	return g
+}

@@ -294,6 +294,33 @@ func CreateTopic(t testing.TB, adm *kadm.Client, topic string, partitions int32)
 	}
 }
 
+// WaitBrokers waits until every seed's own Metadata lists n brokers: in a
+// new cluster, every node's Kafka listener is in the registry (command
+// rules 5 reached, and each node registered again with its address), so
+// that a coordinator any node names is one a client can reach.
+func WaitBrokers(t testing.TB, cl *kgo.Client, n int) {
+	t.Helper()
+	proc.WaitFor(t, 30*time.Second, fmt.Sprintf("every seed's Metadata to list %d brokers", n), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		all, got := true, ""
+		for _, b := range cl.SeedBrokers() {
+			resp, err := b.Request(ctx, kmsg.NewPtrMetadataRequest())
+			if err != nil {
+				return false, err.Error()
+			}
+			md := resp.(*kmsg.MetadataResponse)
+			var ports []int32
+			for _, br := range md.Brokers {
+				ports = append(ports, br.Port)
+			}
+			all = all && len(md.Brokers) == n
+			got += fmt.Sprintf("a seed lists brokers at ports %v; ", ports)
+		}
+		return all, got
+	})
+}
+
 // WaitConsumerBalanced is WaitBalanced for a consumer group (KIP-848):
 // the members hold every partition once between them, and
 // ConsumerGroupDescribe says the group is Stable with exactly these

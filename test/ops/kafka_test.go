@@ -161,6 +161,7 @@ func TestProcess_Kafka_SASLCarriesBearerTokens(t *testing.T) {
 	}
 
 	kafkatest.CreateTopic(t, admin(oauthAs(adminToken)), "orders", 4)
+	kafkatest.WaitBrokers(t, kafkatest.NewClient(t, c.kafkaAddrs(), oauthAs(adminToken)), 3)
 	resp, err := admin(plainAs("client", clientToken)).CreateTopic(ctx, 1, 1, nil, "by-client")
 	if err == nil {
 		err = resp.Err
