@@ -508,6 +508,16 @@ func TestConsumer_StaticMemberRejoinsWithItsAssignment(t *testing.T) {
 		t.Fatalf("after the departed member's removal: %d members, b holds %v; want b alone with all of t", len(g.Members), heldBy(g, "b"))
 	}
 
+	// Rules 6 brought the departed state: a static leave under them keeps
+	// the member too.
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "r", topics: []string{"t"}, instance: "i-r", rules: 6}))
+	ts++
+	h.ok(at(ts, hb{group: "g", member: "r", epoch: -2, rules: 6}))
+	if r, still := consumerGroup(t, h, "g").Member("r"); !still || !r.Departed() {
+		t.Fatal("under rules 6 a static member's leave removed it")
+	}
+
 	// Under rules 5 a static leave is a leave.
 	ts++
 	h.ok(at(ts, hb{group: "g", member: "s", topics: []string{"t"}, instance: "i-s", rules: 5}))
