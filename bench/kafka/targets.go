@@ -16,6 +16,7 @@ import (
 
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/internal/benchcluster"
+	"github.com/cohortlabs/cohort/raftnode"
 )
 
 // target is one Kafka cluster the clients are pointed at.
@@ -61,29 +62,23 @@ func startTargets(ctx context.Context, dir string, kfakeBrokers int, consumerHB 
 	if err != nil {
 		return nil, fmt.Errorf("start Cohort: %w", err)
 	}
+	// highest is the largest figure f reads from any node's Raft stats.
+	highest := func(f func(raftnode.Stats) uint64) uint64 {
+		var v uint64
+		for i := range cohortNodes {
+			if s := cl.Server(i); s != nil {
+				v = max(v, f(s.Node.Stats()))
+			}
+		}
+		return v
+	}
 	cohort := &target{
-		name:  "cohort",
-		seeds: cl.KafkaAddrs(),
-		about: fmt.Sprintf("%d in-process nodes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
-		raftTerm: func() uint64 {
-			var term uint64
-			for i := range cohortNodes {
-				if s := cl.Server(i); s != nil {
-					term = max(term, s.Node.Stats().Term)
-				}
-			}
-			return term
-		},
-		raftIndex: func() uint64 {
-			var index uint64
-			for i := range cohortNodes {
-				if s := cl.Server(i); s != nil {
-					index = max(index, s.Node.Stats().LastIndex)
-				}
-			}
-			return index
-		},
-		close: func() { _ = cl.Close() },
+		name:      "cohort",
+		seeds:     cl.KafkaAddrs(),
+		about:     fmt.Sprintf("%d in-process nodes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
+		raftTerm:  func() uint64 { return highest(func(st raftnode.Stats) uint64 { return st.Term }) },
+		raftIndex: func() uint64 { return highest(func(st raftnode.Stats) uint64 { return st.LastIndex }) },
+		close:     func() { _ = cl.Close() },
 	}
 	fake, err := kfake.NewCluster(kfake.NumBrokers(kfakeBrokers), kfake.BrokerConfigs(map[string]string{
 		"group.consumer.heartbeat.interval.ms": strconv.FormatInt(consumerHB.Milliseconds(), 10),
