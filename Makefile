@@ -91,16 +91,17 @@ bench-logstore:
 	mv docs/bench/logstore.json.tmp docs/bench/logstore.json
 
 # The Kafka comparison (issue 15; bench/kafka, a module of its own so
-# franz-go's kfake stays out of go.mod): the same kgo clients against an
-# in-process three-node Cohort cluster's Kafka listeners and against kfake,
-# in one process: rebalance time of classic groups at 10/100/1,000 members
-# and standalone OffsetCommits at 1/16/256 committers, as one --json report.
-# Not part of test or CI. KAFKA_BENCH_FLAGS passes flags (e.g. --heartbeat 100ms).
+# franz-go's kfake stays out of go.mod): the same kgo clients against the
+# Kafka listeners of three cohortd processes and against kfake (in the
+# bench's process): rebalance time of classic groups at 10/100/1,000
+# members and standalone OffsetCommits at 1/16/256 committers, as one
+# --json report. Not part of test or CI. KAFKA_BENCH_FLAGS passes flags
+# (e.g. --heartbeat 100ms).
 KAFKA_BENCH_FLAGS ?=
 .PHONY: bench-kafka
-bench-kafka:
+bench-kafka: build
 	cd bench/kafka && $(GO) build -o $(abspath $(BIN))/kafka-bench .
-	$(BIN)/kafka-bench --json $(KAFKA_BENCH_FLAGS) > docs/bench/kafka.json.tmp || { rm -f docs/bench/kafka.json.tmp; exit 1; }
+	$(BIN)/kafka-bench --json --cohortd $(BIN)/cohortd $(KAFKA_BENCH_FLAGS) > docs/bench/kafka.json.tmp || { rm -f docs/bench/kafka.json.tmp; exit 1; }
 	mv docs/bench/kafka.json.tmp docs/bench/kafka.json
 
 # Every fuzz target (fsm: log entries and snapshots; assign: the consumer

@@ -130,7 +130,7 @@ func measureCommits(ctx context.Context, o options, concs []int, targets []*targ
 		for i, t := range targets {
 			term0 := termOf(t)
 			rs[i] = runLoad(ctx, conc, o.duration, ops[i])
-			if t.raftTerm != nil && t.raftTerm() != term0 {
+			if t.raftStats != nil && termOf(t) != term0 {
 				fmt.Fprintf(out, "commits %s, C=%d: %s\n", t.name, conc, strings.TrimPrefix(termNote(t, term0), "; "))
 			}
 			if ctx.Err() != nil {

@@ -5,12 +5,16 @@
 // at several concurrencies. It lives in its own module so that kfake never
 // enters the product's go.mod.
 //
-// Cohort runs as an in-process three-node cluster (fsync on, as cohortd
-// runs), kfake as an in-memory, unreplicated cluster. The report has
+// Cohort runs as three cohortd processes (--cluster process, the default:
+// the nodes do not share a Go scheduler with a thousand clients, as in
+// any deployment) or as an in-process three-node cluster (--cluster
+// inprocess), fsync on either way; kfake as an in-memory, unreplicated
+// cluster in this process. The report has
 // cohort-bench's --json format, so that `cohort-bench plot` draws it.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -21,6 +25,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -49,6 +54,13 @@ type options struct {
 	dir           string
 	timeout       time.Duration
 	cpuProfile    string
+	logFile       string
+	clientLogFile string
+	cluster       string
+	cohortd       string
+
+	// clientLog is where the consumers log (--client-log; nil: nowhere).
+	clientLog io.Writer
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -71,6 +83,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.dir, "dir", "", "directory under which Cohort's data go (default: the system's temporary directory); removed afterwards")
 	fs.DurationVar(&o.timeout, "timeout", time.Hour, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (both targets and the clients, one process) to this file")
+	fs.StringVar(&o.logFile, "log", "", "write the Cohort nodes' logs (info and above: elections, leadership, readiness) to this file (default: discarded)")
+	fs.StringVar(&o.clientLogFile, "client-log", "", "write every rebalance consumer's kgo log (info: joins, syncs, heartbeat errors, assignments), each line stamped to the microsecond and naming the target and member, to this file, to see what a slow round waited for (default: discarded)")
+	fs.StringVar(&o.cluster, "cluster", "process", "how Cohort runs: process (three cohortd processes, --cohortd) or inprocess (three nodes in this process, sharing its Go scheduler with every client)")
+	fs.StringVar(&o.cohortd, "cohortd", "bin/cohortd", "cohortd binary for --cluster process (make build)")
 }
 
 // validate checks the options once and returns the parsed lists.
@@ -111,6 +127,8 @@ func (o options) validate() (sizes, concs []int, err error) {
 		return nil, nil, fmt.Errorf("--clients %d: want at least 1", o.clients)
 	case o.kfakeBrokers < 1:
 		return nil, nil, fmt.Errorf("--kfake-brokers %d: want at least 1", o.kfakeBrokers)
+	case o.cluster != "process" && o.cluster != "inprocess":
+		return nil, nil, fmt.Errorf("--cluster %q: want process or inprocess", o.cluster)
 	}
 	return sizes, concs, nil
 }
@@ -199,7 +217,25 @@ func measure(ctx context.Context, o options, sizes, concs []int, out io.Writer) 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	targets, err := startTargets(ctx, dir, o.kfakeBrokers, o.consumerHB)
+	var logOut io.Writer
+	if o.logFile != "" {
+		f, err := os.Create(o.logFile)
+		if err != nil {
+			return fmt.Errorf("--log: %w", err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	if o.clientLogFile != "" {
+		f, err := os.Create(o.clientLogFile)
+		if err != nil {
+			return fmt.Errorf("--client-log: %w", err)
+		}
+		defer f.Close()
+		o.clientLog = &lockedWriter{w: bufio.NewWriter(f)}
+		defer o.clientLog.(*lockedWriter).flush()
+	}
+	targets, err := startTargets(ctx, o, dir, logOut)
 	if err != nil {
 		return err
 	}
@@ -243,4 +279,23 @@ func parseInts(flagName, s string) ([]int, error) {
 		return nil, errors.New("--" + flagName + ": empty")
 	}
 	return out, nil
+}
+
+// lockedWriter serializes the writes of many clients' loggers to one
+// buffered file.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (l *lockedWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Flush()
 }

@@ -5,12 +5,39 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
+
+// cohortd is the binary the tests' --cluster process runs, built from
+// this checkout once for the whole package.
+var cohortd string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kafka-bench-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cohortd = filepath.Join(dir, "cohortd")
+	build := exec.Command("go", "build", "-o", cohortd, "./cmd/cohortd")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build cohortd: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // testOptions are the command line's defaults shortened to a functional
 // run: the figures of so short a run mean nothing, only their shape.
@@ -27,6 +54,7 @@ func testOptions(t *testing.T) options {
 	o.clients = 2
 	o.dir = t.TempDir()
 	o.timeout = 3 * time.Minute
+	o.cohortd = cohortd
 	return o
 }
 
@@ -158,14 +186,19 @@ func TestRun_ConsumerProtocol_MeasuresKIP848OnBothTargets(t *testing.T) {
 }
 
 // Without --json the report is aligned text, one row per concurrency;
-// --skip-rebalance leaves the rebalance table out.
+// --skip-rebalance leaves the rebalance table out. The nodes may run in
+// the bench's own process.
 func TestRun_Text_CommitsOnly_OneRowPerConcurrency(t *testing.T) {
 	o := testOptions(t)
 	o.skipRebalance = true
 	o.concurrency = "1,2"
+	o.cluster = "inprocess"
 	var out bytes.Buffer
 	if err := run(context.Background(), o, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "in-process") {
+		t.Errorf("title %q: want the in-process cluster named", strings.SplitN(out.String(), "\n", 2)[0])
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 6 {
@@ -230,6 +263,36 @@ func TestRun_RefusesBadOptions(t *testing.T) {
 		var out bytes.Buffer
 		if err := run(context.Background(), o, &out); err == nil {
 			t.Errorf("%s: run succeeded, want an error before any cluster starts", name)
+		}
+	}
+}
+
+// --log collects every cohortd's log and --client-log every consumer's,
+// each line naming its target and member, so a slow round can be read
+// back event by event.
+func TestRun_Logs_NodesAndConsumers(t *testing.T) {
+	o := testOptions(t)
+	o.skipCommits = true
+	o.logFile = filepath.Join(t.TempDir(), "nodes.log")
+	o.clientLogFile = filepath.Join(t.TempDir(), "clients.log")
+	runJSON(t, o)
+	nodes, err := os.ReadFile(o.logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"node1", "node2", "node3", "cohortd started", "entering leader state"} {
+		if !bytes.Contains(nodes, []byte(want)) {
+			t.Errorf("--log file lacks %q:\n%s", want, nodes)
+		}
+	}
+	clients, err := os.ReadFile(o.clientLogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two members form each group and a third joins: m0–m2 on each target.
+	for _, want := range []string{" cohort m0 ", " cohort m2 ", " kfake m0 ", " kfake m2 ", "joined", "synced"} {
+		if !bytes.Contains(clients, []byte(want)) {
+			t.Errorf("--client-log file lacks %q", want)
 		}
 	}
 }

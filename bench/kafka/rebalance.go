@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortlabs/cohort/bench/report"
+	"github.com/cohortlabs/cohort/raftnode"
 )
 
 // How a rebalance is measured: a group of N kgo consumers is formed and
@@ -172,6 +173,7 @@ type consumerGroup struct {
 	partitions int
 	consumer   bool // KIP-848 members
 	opts       []kgo.Opt
+	log        io.Writer // the members' kgo logs (nil: none)
 
 	mu      sync.Mutex
 	members []*member
@@ -186,6 +188,14 @@ func (g *consumerGroup) join() error {
 		kgo.OnPartitionsLost(m.revoked),
 		kgo.WithHooks(m),
 	)
+	if g.log != nil {
+		g.mu.Lock()
+		prefix := fmt.Sprintf(" %s m%d ", g.t.name, len(g.members))
+		g.mu.Unlock()
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(g.log, kgo.LogLevelInfo, func() string {
+			return time.Now().Format("15:04:05.000000") + prefix
+		})))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("%s: consumer: %w", g.t.name, err)
@@ -345,6 +355,7 @@ type groupResult struct {
 	afters   []time.Duration // each round's time after the last JoinGroup written
 	gens     []int32         // generations (consumer: member epochs) each round went through (a cooperative balancer's rebalance is two)
 	entries  []uint64        // Raft entries each round wrote (replicated targets only)
+	terms    []uint64        // elections during each round (replicated targets only)
 	closeDur time.Duration   // closing every member
 	rssMiB   int             // the process's resident memory with the group formed, -1 unknown
 	err      error
@@ -364,7 +375,7 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 		return res
 	}
 	consumer := o.protocol == "consumer"
-	g := &consumerGroup{t: t, name: name, partitions: partitions, consumer: consumer, opts: []kgo.Opt{
+	g := &consumerGroup{t: t, name: name, partitions: partitions, consumer: consumer, log: o.clientLog, opts: []kgo.Opt{
 		kgo.SeedBrokers(t.seeds...),
 		kgo.ConsumerGroup(name),
 		kgo.ConsumeTopics(name),
@@ -410,7 +421,7 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 			return res
 		case <-time.After(settle + time.Duration(phase(r)*float64(interval))):
 		}
-		index0 := indexOf(t)
+		index0, term0 := indexOf(t), termOf(t)
 		start := time.Now()
 		if err := g.join(); err != nil {
 			res.err = err
@@ -429,8 +440,9 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 		res.rounds = append(res.rounds, end.Sub(start))
 		res.afters = append(res.afters, end.Sub(g.lastJoin()))
 		res.gens = append(res.gens, next-gen)
-		if t.raftIndex != nil {
+		if t.raftStats != nil {
 			res.entries = append(res.entries, indexOf(t)-index0)
+			res.terms = append(res.terms, termOf(t)-term0)
 		}
 		gen = next
 	}
@@ -488,8 +500,8 @@ func measureRebalances(ctx context.Context, o options, sizes []int, targets []*t
 			if res.err != nil {
 				fmt.Fprintf(out, "rebalance %s, %d members: %v\n", t.name, size, res.err)
 			}
-			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; %s %v%s; all members closed in %s%s\n",
-				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), gensNote, res.gens, entriesNote(res.entries), res.closeDur.Round(time.Millisecond), termNote(t, term0))
+			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; rounds %v, after last join %v; %s %v%s; all members closed in %s%s\n",
+				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), msList(res.rounds), msList(res.afters), gensNote, res.gens, entriesNote(res.entries, res.terms), res.closeDur.Round(time.Millisecond), termNote(t, term0))
 			if len(res.rounds) < o.rounds {
 				row = append(row, "-", "-")
 				medians, afters = append(medians, 0), append(afters, 0)
@@ -514,27 +526,45 @@ func measureRebalances(ctx context.Context, o options, sizes []int, targets []*t
 	return nil
 }
 
+// termOf is the highest Raft term among t's nodes (0: not replicated).
 func termOf(t *target) uint64 {
-	if t.raftTerm == nil {
-		return 0
-	}
-	return t.raftTerm()
+	return highest(t, func(st raftnode.Stats) uint64 { return st.Term })
 }
 
+// indexOf is the highest last log index among t's nodes (0: not
+// replicated).
 func indexOf(t *target) uint64 {
-	if t.raftIndex == nil {
-		return 0
-	}
-	return t.raftIndex()
+	return highest(t, func(st raftnode.Stats) uint64 { return st.LastIndex })
 }
 
-// entriesNote lists the Raft entries each round wrote ("" for a target
-// that writes none).
-func entriesNote(entries []uint64) string {
+// highest is the largest figure f reads from any of t's nodes.
+func highest(t *target, f func(raftnode.Stats) uint64) uint64 {
+	if t.raftStats == nil {
+		return 0
+	}
+	var v uint64
+	for _, st := range t.raftStats() {
+		v = max(v, f(st))
+	}
+	return v
+}
+
+// entriesNote lists the Raft entries each round wrote and the elections
+// during each ("" for a target that writes none).
+func entriesNote(entries, terms []uint64) string {
 	if len(entries) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; Raft entries per round %v", entries)
+	return fmt.Sprintf("; Raft entries per round %v, elections per round %v", entries, terms)
+}
+
+// msList is ds in whole milliseconds, in order.
+func msList(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = strconv.FormatInt(d.Milliseconds(), 10)
+	}
+	return "[" + strings.Join(parts, " ") + "] ms"
 }
 
 // termNote says whether t's Raft term moved since term0: an election
@@ -542,10 +572,10 @@ func entriesNote(entries []uint64) string {
 // which sends every member back to FindCoordinator and can add a
 // rebalance.
 func termNote(t *target, term0 uint64) string {
-	if t.raftTerm == nil {
+	if t.raftStats == nil {
 		return ""
 	}
-	if term := t.raftTerm(); term != term0 {
+	if term := termOf(t); term != term0 {
 		return fmt.Sprintf("; Raft term %d → %d: %d election(s) during this size", term0, term, term-term0)
 	}
 	return fmt.Sprintf("; Raft term %d throughout", term0)

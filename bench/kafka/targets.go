@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -27,14 +30,12 @@ type target struct {
 	seeds []string
 	// about says what runs behind the seeds, for the report's first note.
 	about string
-	// raftTerm is the highest Raft term among the target's nodes (nil:
-	// not replicated). A term that moves during a measurement means an
-	// election, during which the group's coordinator is away.
-	raftTerm func() uint64
-	// raftIndex is the highest last log index among the target's nodes
-	// (nil: not replicated): its growth over a round is the Raft entries
-	// the round wrote.
-	raftIndex func() uint64
+	// raftStats are the Raft figures of the target's nodes that answer
+	// (nil: not replicated). Only Term and LastIndex are read: the
+	// highest term moves with each election, during which the group's
+	// coordinator is away, and the highest last index grows by the Raft
+	// entries written.
+	raftStats func() []raftnode.Stats
 	close     func()
 }
 
@@ -47,41 +48,25 @@ const cohortNodes = 3
 // stay below.
 const consumerSessionTimeout = 45 * time.Second
 
-// startTargets starts Cohort (three in-process nodes, data under dir) and
-// kfake, and waits until each names all its brokers and a controller.
-// Cohort is first: its columns come first in every row. consumerHB is the
-// heartbeat interval both tell KIP-848 members (classic members heartbeat
-// at their own interval, whatever it is).
-func startTargets(ctx context.Context, dir string, kfakeBrokers int, consumerHB time.Duration) ([]*target, error) {
-	cfg := coordinator.DefaultConfig()
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.ConsumerHeartbeatInterval = consumerHB
-	cl, err := benchcluster.StartInProcess(ctx, benchcluster.InProcessOptions{
-		Size: cohortNodes, Dir: dir, Coordinator: cfg, Kafka: true,
-	})
+// startTargets starts Cohort (three nodes as o.cluster says, data under
+// dir) and kfake, and waits until each names all its brokers and a
+// controller. Cohort is first: its columns come first in every row. Both
+// tell KIP-848 members o.consumerHB as their heartbeat interval (classic
+// members heartbeat at their own interval, whatever it is). Cohort's
+// nodes log to logOut (nil: nowhere).
+func startTargets(ctx context.Context, o options, dir string, logOut io.Writer) ([]*target, error) {
+	var cohort *target
+	var err error
+	if o.cluster == "inprocess" {
+		cohort, err = startInProcess(ctx, dir, o.consumerHB, logOut)
+	} else {
+		cohort, err = startProcesses(ctx, o.cohortd, dir, o.consumerHB, logOut)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start Cohort: %w", err)
 	}
-	// highest is the largest figure f reads from any node's Raft stats.
-	highest := func(f func(raftnode.Stats) uint64) uint64 {
-		var v uint64
-		for i := range cohortNodes {
-			if s := cl.Server(i); s != nil {
-				v = max(v, f(s.Node.Stats()))
-			}
-		}
-		return v
-	}
-	cohort := &target{
-		name:      "cohort",
-		seeds:     cl.KafkaAddrs(),
-		about:     fmt.Sprintf("%d in-process nodes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
-		raftTerm:  func() uint64 { return highest(func(st raftnode.Stats) uint64 { return st.Term }) },
-		raftIndex: func() uint64 { return highest(func(st raftnode.Stats) uint64 { return st.LastIndex }) },
-		close:     func() { _ = cl.Close() },
-	}
-	fake, err := kfake.NewCluster(kfake.NumBrokers(kfakeBrokers), kfake.BrokerConfigs(map[string]string{
-		"group.consumer.heartbeat.interval.ms": strconv.FormatInt(consumerHB.Milliseconds(), 10),
+	fake, err := kfake.NewCluster(kfake.NumBrokers(o.kfakeBrokers), kfake.BrokerConfigs(map[string]string{
+		"group.consumer.heartbeat.interval.ms": strconv.FormatInt(o.consumerHB.Milliseconds(), 10),
 	}))
 	if err != nil {
 		cohort.close()
@@ -90,14 +75,14 @@ func startTargets(ctx context.Context, dir string, kfakeBrokers int, consumerHB 
 	kf := &target{
 		name:  "kfake",
 		seeds: fake.ListenAddrs(),
-		about: fmt.Sprintf("%d broker(s) on loopback, in memory, unreplicated", kfakeBrokers),
+		about: fmt.Sprintf("%d broker(s) on loopback, in memory, unreplicated", o.kfakeBrokers),
 		close: fake.Close,
 	}
 	targets := []*target{cohort, kf}
 	for _, t := range []struct {
 		t       *target
 		brokers int
-	}{{cohort, cohortNodes}, {kf, kfakeBrokers}} {
+	}{{cohort, cohortNodes}, {kf, o.kfakeBrokers}} {
 		if err := waitBrokers(ctx, t.t, t.brokers); err != nil {
 			closeTargets(targets)
 			return nil, err
@@ -213,4 +198,85 @@ func moduleVersion(path string) string {
 		}
 	}
 	return "(version unknown)"
+}
+
+// startInProcess starts Cohort as three nodes in this process.
+func startInProcess(ctx context.Context, dir string, consumerHB time.Duration, logOut io.Writer) (*target, error) {
+	logger := slog.New(slog.DiscardHandler)
+	if logOut != nil {
+		logger = slog.New(slog.NewTextHandler(logOut, nil))
+	}
+	cfg := coordinator.DefaultConfig()
+	cfg.Logger = logger
+	cfg.ConsumerHeartbeatInterval = consumerHB
+	cl, err := benchcluster.StartInProcess(ctx, benchcluster.InProcessOptions{
+		Size: cohortNodes, Dir: dir, Coordinator: cfg, Kafka: true, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &target{
+		name:  "cohort",
+		seeds: cl.KafkaAddrs(),
+		about: fmt.Sprintf("%d in-process nodes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
+		raftStats: func() []raftnode.Stats {
+			var st []raftnode.Stats
+			for i := range cohortNodes {
+				if s := cl.Server(i); s != nil {
+					st = append(st, s.Node.Stats())
+				}
+			}
+			return st
+		},
+		close: func() { _ = cl.Close() },
+	}, nil
+}
+
+// startProcesses starts Cohort as three cohortd processes (the binary at
+// cohortd) with their defaults and Kafka listeners, and reads their Raft
+// figures over gRPC (NodeInfo). With logOut, the nodes log at info and
+// their logs are copied to it when they stop.
+func startProcesses(ctx context.Context, cohortd, dir string, consumerHB time.Duration, logOut io.Writer) (*target, error) {
+	level := "warn"
+	if logOut != nil {
+		level = "info"
+	}
+	cl, err := benchcluster.StartProcesses(ctx, benchcluster.ProcessOptions{
+		Binary: cohortd, Size: cohortNodes, Dir: dir, Kafka: true, LogLevel: level,
+		Args: []string{"--consumer-heartbeat-interval=" + consumerHB.String()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	probe, err := benchcluster.NewProbe(cl.Addrs())
+	if err != nil {
+		_ = cl.Close()
+		return nil, err
+	}
+	return &target{
+		name:  "cohort",
+		seeds: cl.KafkaAddrs(),
+		about: fmt.Sprintf("%d cohortd processes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
+		raftStats: func() []raftnode.Stats {
+			var st []raftnode.Stats
+			for i := range cohortNodes {
+				if info, err := probe.Info(ctx, i); err == nil {
+					st = append(st, raftnode.Stats{Term: info.GetTerm(), LastIndex: info.GetLastIndex()})
+				}
+			}
+			return st
+		},
+		close: func() {
+			probe.Close()
+			_ = cl.Close()
+			if logOut != nil {
+				for _, p := range cl.LogPaths() {
+					fmt.Fprintf(logOut, "==> %s <==\n", filepath.Base(p))
+					if b, err := os.ReadFile(p); err == nil {
+						_, _ = logOut.Write(b)
+					}
+				}
+			}
+		},
+	}, nil
 }

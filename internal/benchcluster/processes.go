@@ -28,15 +28,21 @@ type ProcessOptions struct {
 	// a node/<id> certificate from it: mutual TLS on Raft and gRPC, client
 	// certificates required. Nil: plaintext.
 	PKI *PKI
+	// Kafka gives every node a Kafka protocol listener (--kafka-addr) on
+	// a port of its own: KafkaAddrs.
+	Kafka bool
+	// LogLevel is every node's --log-level (default warn).
+	LogLevel string
 }
 
 // Processes is a cluster of cohortd processes on loopback.
 type Processes struct {
-	opts  ProcessOptions
-	addrs []string
-	args  [][]string
-	ports *proc.Reservation
-	logs  []*proc.Log // node<i>.log, across restarts
+	opts       ProcessOptions
+	addrs      []string
+	kafkaAddrs []string
+	args       [][]string
+	ports      *proc.Reservation
+	logs       []*proc.Log // node<i>.log, across restarts
 
 	mu    sync.Mutex
 	procs []*proc.Process
@@ -58,24 +64,38 @@ func StartProcesses(ctx context.Context, opts ProcessOptions) (*Processes, error
 	if _, err := os.Stat(opts.Binary); err != nil {
 		return nil, fmt.Errorf("cohortd binary: %w (run `make build`)", err)
 	}
-	ports, err := proc.ReservePorts(3 * opts.Size)
+	if opts.LogLevel == "" {
+		opts.LogLevel = "warn"
+	}
+	// Each node's ports: gRPC, Raft, HTTP and, with Kafka, Kafka.
+	stride := 3
+	if opts.Kafka {
+		stride = 4
+	}
+	ports, err := proc.ReservePorts(stride * opts.Size)
 	if err != nil {
 		return nil, err
 	}
 	c := &Processes{opts: opts, ports: ports, procs: make([]*proc.Process, opts.Size)}
 	for i := range opts.Size {
-		c.addrs = append(c.addrs, ports.Addr(3*i))
+		c.addrs = append(c.addrs, ports.Addr(stride*i))
+		if opts.Kafka {
+			c.kafkaAddrs = append(c.kafkaAddrs, ports.Addr(stride*i+3))
+		}
 	}
 	for i := range opts.Size {
 		args := []string{
 			"--node-id", nodeName(i),
 			"--data-dir", filepath.Join(opts.Dir, nodeName(i)),
-			"--raft-addr", ports.Addr(3*i + 1),
+			"--raft-addr", ports.Addr(stride*i + 1),
 			"--grpc-addr", c.addrs[i],
-			"--http-addr", ports.Addr(3*i + 2),
+			"--http-addr", ports.Addr(stride*i + 2),
 			"--bootstrap-expect", fmt.Sprint(opts.Size),
 			"--join", strings.Join(c.addrs, ","),
-			"--log-level", "warn",
+			"--log-level", opts.LogLevel,
+		}
+		if opts.Kafka {
+			args = append(args, "--kafka-addr", c.kafkaAddrs[i])
 		}
 		if opts.PKI != nil {
 			f, err := opts.PKI.Node(nodeName(i))
@@ -131,6 +151,20 @@ func (c *Processes) start(i int) (*proc.Process, error) {
 
 // Addrs are the nodes' gRPC addresses.
 func (c *Processes) Addrs() []string { return append([]string(nil), c.addrs...) }
+
+// KafkaAddrs are the nodes' Kafka listener addresses (none without
+// ProcessOptions.Kafka).
+func (c *Processes) KafkaAddrs() []string { return append([]string(nil), c.kafkaAddrs...) }
+
+// LogPaths are the nodes' log files, node1's first (they stay in Dir
+// after Close).
+func (c *Processes) LogPaths() []string {
+	paths := make([]string, len(c.procs))
+	for i := range paths {
+		paths[i] = c.logPath(i)
+	}
+	return paths
+}
 
 // Pid is node i's process ID (0 if it is down).
 func (c *Processes) Pid(i int) int {
