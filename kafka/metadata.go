@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"hash/fnv"
 	"net"
 	"strconv"
@@ -124,20 +125,13 @@ func partitionReplicas(rot [][]int32, topic string, p int32) (int32, []int32) {
 // replication). A topic the caller may not list is answered
 // TOPIC_AUTHORIZATION_FAILED, and listing every topic lists none to it.
 // Topics are never created by Metadata: an unknown topic is
-// UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation off.
+// UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation off. The encoded
+// answer is kept (metadataCache): after every rebalance each consumer of
+// a group asks for the same topics, and building the answer of a topic of
+// a thousand partitions costs a thousand times one of a single partition.
 func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	s := c.s
-	resp := kmsg.NewPtrMetadataResponse()
 	brokers, controller := s.brokers()
-	rot := rotations(brokers)
-	for _, b := range brokers {
-		mb := kmsg.NewMetadataResponseBroker()
-		mb.NodeID, mb.Host, mb.Port = b.id, b.host, b.port
-		resp.Brokers = append(resp.Brokers, mb)
-	}
-	clusterID := ClusterID
-	resp.ClusterID, resp.ControllerID = &clusterID, controller
-
 	allowed := c.authorize(cohortv1.Topics_ListTopics_FullMethodName, &cohortv1.ListTopicsRequest{}) == nil
 	all := r.Topics == nil || (r.GetVersion() == 0 && len(r.Topics) == 0)
 	var known []fsm.TopicPartitionCount
@@ -157,6 +151,30 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			known = append(known, fsm.TopicPartitionCount{Name: name, Partitions: n})
 		}
 	})
+	key := metadataKey(r.GetVersion(), allowed, controller, brokers, known)
+	body, ok := s.meta.get(key)
+	if !ok {
+		resp := buildMetadata(brokers, controller, allowed, known)
+		resp.SetVersion(r.GetVersion())
+		body = resp.AppendTo(nil)
+		s.meta.put(key, body)
+	}
+	return &encodedMetadata{MetadataResponse: kmsg.NewPtrMetadataResponse(), body: body}
+}
+
+// buildMetadata is the answer naming brokers, controller and known topics
+// (each with its partition count; 0: unknown) to a caller that may list
+// topics or not.
+func buildMetadata(brokers []broker, controller int32, allowed bool, known []fsm.TopicPartitionCount) *kmsg.MetadataResponse {
+	resp := kmsg.NewPtrMetadataResponse()
+	rot := rotations(brokers)
+	for _, b := range brokers {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = b.id, b.host, b.port
+		resp.Brokers = append(resp.Brokers, mb)
+	}
+	clusterID := ClusterID
+	resp.ClusterID, resp.ControllerID = &clusterID, controller
 	resp.Topics = make([]kmsg.MetadataResponseTopic, 0, len(known))
 	for _, t := range known {
 		mt := kmsg.NewMetadataResponseTopic()
@@ -184,6 +202,92 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 		resp.Topics = append(resp.Topics, mt)
 	}
 	return resp
+}
+
+// encodedMetadata is a Metadata answer already encoded at the request's
+// version: AppendTo copies body.
+type encodedMetadata struct {
+	*kmsg.MetadataResponse
+	body []byte
+}
+
+func (e *encodedMetadata) AppendTo(dst []byte) []byte { return append(dst, e.body...) }
+
+// metadataKey is everything a Metadata answer depends on, in an
+// unambiguous encoding (every string length-prefixed): the request's
+// version, whether the caller may list topics, the controller, the
+// brokers named and the topics with their partition counts. Partition
+// leaders follow from the brokers (partitionReplicas), topic IDs from
+// names. An answer kept under a key is therefore the answer to any
+// request with that key, whatever changed since: a registry or broker
+// change makes a new key, never a stale answer.
+func metadataKey(version int16, allowed bool, controller int32, brokers []broker, topics []fsm.TopicPartitionCount) string {
+	b := make([]byte, 0, 64+16*len(brokers)+24*len(topics))
+	b = binary.BigEndian.AppendUint16(b, uint16(version))
+	if allowed {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(controller))
+	b = binary.AppendUvarint(b, uint64(len(brokers)))
+	for _, br := range brokers {
+		b = binary.BigEndian.AppendUint32(b, uint32(br.id))
+		b = binary.BigEndian.AppendUint32(b, uint32(br.port))
+		b = binary.AppendUvarint(b, uint64(len(br.host)))
+		b = append(b, br.host...)
+	}
+	for _, t := range topics {
+		b = binary.AppendUvarint(b, uint64(len(t.Name)))
+		b = append(b, t.Name...)
+		b = binary.BigEndian.AppendUint32(b, uint32(t.Partitions))
+	}
+	return string(b)
+}
+
+// Bounds of the kept Metadata answers: all of them together, and one
+// (a larger answer is built for every request).
+const (
+	maxMetadataCacheBytes  = 16 << 20
+	maxMetadataAnswerBytes = 4 << 20
+)
+
+// metadataCache holds encoded Metadata answers by metadataKey, at most
+// maxMetadataCacheBytes of answers and keys: when the next one would not
+// fit, every kept answer is dropped (keys that no longer occur, after a
+// topic or broker change, go with them).
+type metadataCache struct {
+	mu      sync.Mutex
+	answers map[string][]byte
+	bytes   int
+	hits    int // answers served from the cache (tests)
+}
+
+func (m *metadataCache) get(key string) ([]byte, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	body, ok := m.answers[key]
+	if ok {
+		m.hits++
+	}
+	return body, ok
+}
+
+func (m *metadataCache) put(key string, body []byte) {
+	size := len(key) + len(body)
+	if len(body) > maxMetadataAnswerBytes {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.answers[key]; ok {
+		return
+	}
+	if m.answers == nil || m.bytes+size > maxMetadataCacheBytes {
+		m.answers, m.bytes = map[string][]byte{}, 0
+	}
+	m.answers[key] = body
+	m.bytes += size
 }
 
 // findCoordinator names the Raft leader as the coordinator of every group

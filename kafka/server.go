@@ -104,6 +104,7 @@ type Server struct {
 	cancel  context.CancelFunc
 	tlsConf *tls.Config
 	live    liveness
+	meta    metadataCache
 
 	mu     sync.Mutex
 	ln     net.Listener
