@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -35,6 +36,7 @@ type options struct {
 	raft                                 raftnode.Config
 	cluster                              cluster.Config
 	grpcAddr, grpcAdvertise, httpAddr    string
+	pprof                                bool
 	kafkaAddr, kafkaAdvertise            string // kafkaAddr "": no Kafka listener
 	shutdownTimeout                      time.Duration
 	initialDelay, minSession, maxSession time.Duration
@@ -102,6 +104,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	f.DurationVar(&gl.KeepaliveTimeout, "grpc-keepalive-timeout", gl.KeepaliveTimeout, "close a gRPC connection whose ping is not answered within this")
 	f.DurationVar(&gl.KeepaliveMinTime, "grpc-keepalive-min-time", gl.KeepaliveMinTime, "clients pinging more often than this are sent GOAWAY (at most 2s, the nodes' own ping interval)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8001", "address of /healthz, /readyz and /metrics")
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's runtime profiles (/debug/pprof/: CPU, heap, goroutines, execution trace) on --http-addr, which must then be a loopback address")
 	f.BoolVar(&c.Bootstrap, "bootstrap", false, "bootstrap a one-node cluster if this node has no raft state")
 	f.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many nodes (this one included) are reachable through --join, none with raft state")
 	f.StringSliceVar(&c.Join, "join", nil, "gRPC addresses of other nodes, comma-separated")
@@ -256,6 +259,9 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.pprof && !isLoopbackAddr(o.httpAddr) {
+		return fmt.Errorf("--pprof needs a loopback --http-addr, not %s: profiles and goroutine dumps are for whoever is on the node's machine", o.httpAddr)
+	}
 	// Bind the client-facing ports before raft starts, so a port clash
 	// fails the start instead of leaving a half-running node.
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
@@ -337,7 +343,7 @@ func run(ctx context.Context, o options, logOut io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	httpSrv := &http.Server{Handler: httpHandler(srv.Node, reg), ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := &http.Server{Handler: httpHandler(srv.Node, reg, o.pprof), ReadHeaderTimeout: 5 * time.Second}
 
 	errCh := make(chan error, 1)
 	go func() {
@@ -396,7 +402,9 @@ func (o options) coordinatorConfig(log *slog.Logger) coordinator.Config {
 	return c
 }
 
-func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {
+// httpHandler serves health, readiness and metrics, and with withPprof
+// the runtime profiles under /debug/pprof/.
+func httpHandler(node readiness, reg *prometheus.Registry, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
 	// /healthz: the process is alive and serving HTTP.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -416,6 +424,13 @@ func httpHandler(node readiness, reg *prometheus.Registry) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if withPprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

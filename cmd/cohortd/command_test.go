@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -86,10 +87,38 @@ func TestHTTP_HealthAndReadiness(t *testing.T) {
 	}
 	for _, tt := range tests {
 		rec := httptest.NewRecorder()
-		httpHandler(tt.ready, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+		httpHandler(tt.ready, prometheus.NewRegistry(), false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
 		if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.wantBody) {
 			t.Errorf("GET %s (ready=%v): %d %q, want %d containing %q", tt.path, tt.ready.ok, rec.Code, rec.Body.String(), tt.wantCode, tt.wantBody)
 		}
+	}
+}
+
+// Runtime profiles are served only with --pprof.
+func TestHTTP_ProfilesOnlyWithPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		for path, want := range map[string]string{"/debug/pprof/": "goroutine", "/debug/pprof/cmdline": "", "/debug/pprof/profile?seconds=1": ""} {
+			rec := httptest.NewRecorder()
+			httpHandler(fakeReadiness{true, ""}, prometheus.NewRegistry(), on).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			switch {
+			case !on && rec.Code != http.StatusNotFound:
+				t.Errorf("GET %s without --pprof: %d, want 404", path, rec.Code)
+			case on && (rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) || rec.Body.Len() == 0):
+				t.Errorf("GET %s with --pprof: %d, %d bytes; want 200 and a profile", path, rec.Code, rec.Body.Len())
+			}
+		}
+	}
+}
+
+// --pprof on an address others can reach is refused before anything
+// starts.
+func TestRun_PprofNeedsALoopbackHTTPAddress(t *testing.T) {
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"--pprof", "--http-addr", "0.0.0.0:0", "--data-dir", t.TempDir()})
+	cmd.SetErr(io.Discard)
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "--pprof needs a loopback --http-addr") {
+		t.Fatalf("--pprof on 0.0.0.0: %v, want it refused", err)
 	}
 }
 
