@@ -103,11 +103,11 @@ func measureCommits(ctx context.Context, o options, concs []int, targets []*targ
 		defer closeClients(cls)
 		ops[i] = commitOp(cls)
 	}
-	fmt.Fprintf(out, "commits: standalone OffsetCommit v%d (generation -1, no member ID, group %s, 1 of %d partitions each), %d kgo clients per target (committer w on client w%%%d), closed loop, %s per phase, each target's phase right after the other's\n",
+	fmt.Fprintf(out, "commits: standalone OffsetCommit v%d (generation -1, no member ID, group %s, 1 of %d partitions each), %d kgo clients per target (committer w on client w%%%d), closed loop, %s per phase, each target's phase right after the other's; CPU/op: the user and system time per commit of this process and of the target's own processes (cohortd's nodes with --cluster process)\n",
 		commitVersion, commitGroup, commitPartitions, o.clients, o.clients, o.duration)
 	if o.warmup > 0 {
 		for i, t := range targets {
-			if r := runLoad(ctx, slices.Max(concs), o.warmup, ops[i]); r.ops == 0 {
+			if r := runLoad(ctx, slices.Max(concs), o.warmup, t, ops[i]); r.ops == 0 {
 				return fmt.Errorf("%s warm-up: no commit succeeded: %s", t.name, r.errNote())
 			}
 		}
@@ -129,7 +129,7 @@ func measureCommits(ctx context.Context, o options, concs []int, targets []*targ
 		rs := make([]loadResult, len(targets))
 		for i, t := range targets {
 			term0 := termOf(t)
-			rs[i] = runLoad(ctx, conc, o.duration, ops[i])
+			rs[i] = runLoad(ctx, conc, o.duration, t, ops[i])
 			if t.raftStats != nil && termOf(t) != term0 {
 				fmt.Fprintf(out, "commits %s, C=%d: %s\n", t.name, conc, strings.TrimPrefix(termNote(t, term0), "; "))
 			}
@@ -166,10 +166,10 @@ type loadResult struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	max      time.Duration
-	// cpu is this process's CPU time (user+system) during the phase: the
-	// target's work and the callers'. Both targets live in the process;
-	// the one not measured idles (Cohort's nodes keep their Raft and
-	// registry heartbeats).
+	// cpu is the CPU time (user+system) of this process and the target's
+	// own processes during the phase (cpuOf): the target's work and the
+	// callers'. The target not measured idles (Cohort's nodes keep their
+	// Raft and registry heartbeats), and in this process its idling counts.
 	cpu time.Duration
 }
 
@@ -180,7 +180,7 @@ func (r loadResult) rate() float64 {
 	return float64(r.ops) / r.elapsed.Seconds()
 }
 
-// cpuPerOp is the process CPU time per successful operation.
+// cpuPerOp is the CPU time per successful operation.
 func (r loadResult) cpuPerOp() time.Duration {
 	if r.ops == 0 {
 		return 0
@@ -194,17 +194,17 @@ func (r loadResult) errNote() string { return report.ErrNote(r.errors, r.firstEr
 // opTimeout bounds one operation, as cohort-bench's does.
 const opTimeout = 10 * time.Second
 
-// runLoad runs op from conc closed-loop callers for dur (or until ctx
-// ends) and measures each call. op gets the caller's index and a sequence
+// runLoad runs op from conc closed-loop callers against t for dur (or
+// until ctx ends) and measures each call and the CPU used. op gets the caller's index and a sequence
 // number unique across callers.
-func runLoad(ctx context.Context, conc int, dur time.Duration, op func(ctx context.Context, worker int, seq int64) error) loadResult {
+func runLoad(ctx context.Context, conc int, dur time.Duration, t *target, op func(ctx context.Context, worker int, seq int64) error) loadResult {
 	lctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	var seq, errs atomic.Int64
 	var errMu sync.Mutex
 	var firstErr error
 	lat := make([][]time.Duration, conc)
-	cpu0 := report.ProcessCPU()
+	cpu0 := cpuOf(t)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range conc {
@@ -233,7 +233,7 @@ func runLoad(ctx context.Context, conc int, dur time.Duration, op func(ctx conte
 		})
 	}
 	wg.Wait()
-	r := loadResult{elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: report.ProcessCPU() - cpu0}
+	r := loadResult{elapsed: time.Since(start), errors: int(errs.Load()), firstErr: firstErr, cpu: cpuOf(t) - cpu0}
 	all := slices.Concat(lat...)
 	r.ops = len(all)
 	r.p50, r.p99, r.max = report.Percentiles(all)

@@ -40,6 +40,7 @@ type options struct {
 	protocol      string
 	heartbeat     time.Duration
 	consumerHB    time.Duration
+	initialDelay  time.Duration
 	balancer      string
 	partitions    int
 	roundTimeout  time.Duration
@@ -69,6 +70,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.protocol, "protocol", "classic", "the consumers' group protocol: classic (JoinGroup/SyncGroup) or consumer (KIP-848 ConsumerGroupHeartbeat, kgo's ServerSideBalancer)")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 3*time.Second, "with --protocol classic, the consumers' heartbeat interval (kgo's default 3s); members learn of a rebalance on their next heartbeat")
 	fs.DurationVar(&o.consumerHB, "consumer-heartbeat", 5*time.Second, "the heartbeat interval both coordinators tell KIP-848 members (Cohort's coordinator ConsumerHeartbeatInterval, kfake's group.consumer.heartbeat.interval.ms; both default 5s); below the 45s session timeout")
+	fs.DurationVar(&o.initialDelay, "initial-rebalance-delay", 3*time.Second, "Cohort's initial rebalance delay (Kafka's group.initial.rebalance.delay.ms, 3s in both; kfake has none): how long an empty group's first rebalance waits for more members")
 	fs.StringVar(&o.balancer, "balancer", "", "the consumers' balancer; classic: cooperative-sticky (the default, kgo's), sticky, range or roundrobin; consumer: uniform (the default: kgo's StickyBalancer) or range, the server assignor the members ask for")
 	fs.IntVar(&o.partitions, "partitions", 0, "partitions of each rebalance topic (0: max(64, size+rounds), so that every member holds at least one)")
 	fs.DurationVar(&o.roundTimeout, "round-timeout", 2*time.Minute, "bound on a group's forming and on each measured rebalance")
@@ -113,6 +115,8 @@ func (o options) validate() (sizes, concs []int, err error) {
 		return nil, nil, fmt.Errorf("--rounds %d: want at least 1", o.rounds)
 	case o.heartbeat <= 0:
 		return nil, nil, fmt.Errorf("--heartbeat %s: want more than 0", o.heartbeat)
+	case o.initialDelay < 0:
+		return nil, nil, fmt.Errorf("--initial-rebalance-delay %s: want 0 or more", o.initialDelay)
 	case o.consumerHB < time.Millisecond || o.consumerHB >= consumerSessionTimeout:
 		return nil, nil, fmt.Errorf("--consumer-heartbeat %s: want at least 1ms and below the %s session timeout", o.consumerHB, consumerSessionTimeout)
 	case o.partitions < 0:

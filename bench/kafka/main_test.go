@@ -127,7 +127,7 @@ func checkRebalanceTable(t *testing.T, r benchReport) {
 func TestRun_JSON_IsCohortBenchReportWithBothTargets(t *testing.T) {
 	r, notes := runJSON(t, testOptions(t))
 	for _, want := range []string{"classic protocol, balancer cooperative-sticky", "rebalance cohort, 2 members: formed", "rebalance kfake, 2 members: formed",
-		"generations per round [2]", "Raft term", "OffsetCommit v8"} {
+		"generations per round [2]", "Raft term", "OffsetCommit v8", "heartbeat round trips during the rounds: "} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes %q: want %q", r.Notes, want)
 		}

@@ -91,6 +91,40 @@ type member struct {
 	// classicJoin: a consumer member wrote a JoinGroup, so kgo fell back
 	// to the classic protocol (the target does not serve KIP-848).
 	classicJoin atomic.Bool
+	// heartbeats collects the round trips of the member's heartbeats.
+	heartbeats *durations
+}
+
+// durations is a list of durations many members append to.
+type durations struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *durations) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.d = append(l.d, d)
+}
+
+// take returns the durations collected and starts a new list.
+func (l *durations) take() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.d
+	l.d = nil
+	return d
+}
+
+// OnBrokerE2E is kgo's HookBrokerE2E: it collects each heartbeat's round
+// trip, from its write to its answer read (kgo's DurationE2E: the wait
+// for a connection busy with an earlier request left out). A member
+// heartbeats again one interval after an answer, so late answers spread
+// the members' next heartbeats, and a round waits for the last.
+func (m *member) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if (key == kmsg.Heartbeat.Int16() || key == kmsg.ConsumerGroupHeartbeat.Int16()) && e2e.Err() == nil {
+		m.heartbeats.add(e2e.DurationE2E())
+	}
 }
 
 // OnBrokerWrite is kgo's HookBrokerWrite: it notes when a join went out.
@@ -174,6 +208,7 @@ type consumerGroup struct {
 	consumer   bool // KIP-848 members
 	opts       []kgo.Opt
 	log        io.Writer // the members' kgo logs (nil: none)
+	heartbeats durations // every member's heartbeat round trips
 
 	mu      sync.Mutex
 	members []*member
@@ -181,7 +216,7 @@ type consumerGroup struct {
 
 // join creates one more member.
 func (g *consumerGroup) join() error {
-	m := &member{consumer: g.consumer, gen: -1, held: map[int32]struct{}{}}
+	m := &member{consumer: g.consumer, gen: -1, held: map[int32]struct{}{}, heartbeats: &g.heartbeats}
 	opts := append(slices.Clone(g.opts),
 		kgo.OnPartitionsAssigned(m.assigned),
 		kgo.OnPartitionsRevoked(m.revoked),
@@ -358,7 +393,10 @@ type groupResult struct {
 	terms    []uint64        // elections during each round (replicated targets only)
 	closeDur time.Duration   // closing every member
 	rssMiB   int             // the process's resident memory with the group formed, -1 unknown
-	err      error
+	// heartbeats are the round trips of every heartbeat from the group's
+	// forming until the last round's end.
+	heartbeats []time.Duration
+	err        error
 }
 
 // measureGroup forms a group of size members on t and measures rounds
@@ -410,6 +448,8 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 	}
 	res.formed = time.Since(start)
 	res.rssMiB = rssMiB()
+	g.heartbeats.take() // the rounds' heartbeats only, from here
+	defer func() { res.heartbeats = g.heartbeats.take() }()
 	if err := g.checkProtocol(); err != nil {
 		res.err = fmt.Errorf("%s, %d members forming: %w", t.name, size, err)
 		return res
@@ -474,8 +514,8 @@ func measureRebalances(ctx context.Context, o options, sizes []int, targets []*t
 		fmt.Fprintf(out, "rebalance: consumer protocol (KIP-848, kgo ServerSideBalancer), server assignor %s, heartbeat interval the coordinators give the members: cohort %s (coordinator ConsumerHeartbeatInterval), kfake %s (group.consumer.heartbeat.interval.ms), one member added per round, %d rounds per size, each starting at its own phase of that interval (the same on both targets); time from the new client's creation until every member has been told the same, newer member epoch and the partitions are held exactly once (polled every %s); after last join: from the last ConsumerGroupHeartbeat at member epoch 0 (a join) any member wrote to that moment, which leaves out only the new client's bootstrap: existing members do not rejoin\n",
 			balName, o.consumerHB, o.consumerHB, o.rounds, pollInterval)
 	} else {
-		fmt.Fprintf(out, "rebalance: classic protocol, balancer %s, heartbeat %s, one member added per round, %d rounds per size, each starting at its own phase of the heartbeat interval (the same on both targets); time from the new client's creation until every member has synced one newer generation and the partitions are held exactly once (polled every %s); after last join: from the last JoinGroup any member wrote to that moment\n",
-			balName, o.heartbeat, o.rounds, pollInterval)
+		fmt.Fprintf(out, "rebalance: classic protocol, balancer %s, heartbeat %s, Cohort's initial rebalance delay %s (kfake has none), one member added per round, %d rounds per size, each starting at its own phase of the heartbeat interval (the same on both targets); time from the new client's creation until every member has synced one newer generation and the partitions are held exactly once (polled every %s); after last join: from the last JoinGroup any member wrote to that moment\n",
+			balName, o.heartbeat, o.initialDelay, o.rounds, pollInterval)
 	}
 	cols := []string{"members"}
 	for _, t := range targets {
@@ -500,8 +540,8 @@ func measureRebalances(ctx context.Context, o options, sizes []int, targets []*t
 			if res.err != nil {
 				fmt.Fprintf(out, "rebalance %s, %d members: %v\n", t.name, size, res.err)
 			}
-			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; rounds %v, after last join %v; %s %v%s; all members closed in %s%s\n",
-				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), msList(res.rounds), msList(res.afters), gensNote, res.gens, entriesNote(res.entries, res.terms), res.closeDur.Round(time.Millisecond), termNote(t, term0))
+			fmt.Fprintf(out, "rebalance %s, %d members: formed in %s, %s; rounds %v, after last join %v; %s %v%s; %s; all members closed in %s%s\n",
+				t.name, size, res.formed.Round(time.Millisecond), rssNote(res.rssMiB), msList(res.rounds), msList(res.afters), gensNote, res.gens, entriesNote(res.entries, res.terms), heartbeatNote(res.heartbeats), res.closeDur.Round(time.Millisecond), termNote(t, term0))
 			if len(res.rounds) < o.rounds {
 				row = append(row, "-", "-")
 				medians, afters = append(medians, 0), append(afters, 0)
@@ -556,6 +596,16 @@ func entriesNote(entries, terms []uint64) string {
 		return ""
 	}
 	return fmt.Sprintf("; Raft entries per round %v, elections per round %v", entries, terms)
+}
+
+// heartbeatNote summarises heartbeat round trips: their number and
+// median, 99th percentile and largest.
+func heartbeatNote(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "no heartbeats answered during the rounds"
+	}
+	p50, p99, most := report.Percentiles(ds)
+	return fmt.Sprintf("heartbeat round trips during the rounds: %d, p50 %s, p99 %s, max %s", len(ds), report.MS(p50), report.MS(p99), report.MS(most))
 }
 
 // msList is ds in whole milliseconds, in order.

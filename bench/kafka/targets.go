@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cohortlabs/cohort/bench/report"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/internal/benchcluster"
 	"github.com/cohortlabs/cohort/raftnode"
@@ -36,7 +37,19 @@ type target struct {
 	// coordinator is away, and the highest last index grows by the Raft
 	// entries written.
 	raftStats func() []raftnode.Stats
-	close     func()
+	// cpu is the CPU time the target and the clients have used so far:
+	// this process's, and the target's own processes' when it runs apart
+	// (nil: this process's alone).
+	cpu   func() time.Duration
+	close func()
+}
+
+// cpuOf is t's CPU clock (see target.cpu).
+func cpuOf(t *target) time.Duration {
+	if t.cpu == nil {
+		return report.ProcessCPU()
+	}
+	return t.cpu()
 }
 
 // cohortNodes is the size of Cohort's cluster, the size cohortd is run at.
@@ -58,9 +71,9 @@ func startTargets(ctx context.Context, o options, dir string, logOut io.Writer) 
 	var cohort *target
 	var err error
 	if o.cluster == "inprocess" {
-		cohort, err = startInProcess(ctx, dir, o.consumerHB, logOut)
+		cohort, err = startInProcess(ctx, o, dir, logOut)
 	} else {
-		cohort, err = startProcesses(ctx, o.cohortd, dir, o.consumerHB, logOut)
+		cohort, err = startProcesses(ctx, o, dir, logOut)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start Cohort: %w", err)
@@ -201,14 +214,15 @@ func moduleVersion(path string) string {
 }
 
 // startInProcess starts Cohort as three nodes in this process.
-func startInProcess(ctx context.Context, dir string, consumerHB time.Duration, logOut io.Writer) (*target, error) {
+func startInProcess(ctx context.Context, o options, dir string, logOut io.Writer) (*target, error) {
 	logger := slog.New(slog.DiscardHandler)
 	if logOut != nil {
 		logger = slog.New(slog.NewTextHandler(logOut, nil))
 	}
 	cfg := coordinator.DefaultConfig()
 	cfg.Logger = logger
-	cfg.ConsumerHeartbeatInterval = consumerHB
+	cfg.ConsumerHeartbeatInterval = o.consumerHB
+	cfg.InitialRebalanceDelay = o.initialDelay
 	cl, err := benchcluster.StartInProcess(ctx, benchcluster.InProcessOptions{
 		Size: cohortNodes, Dir: dir, Coordinator: cfg, Kafka: true, Logger: logger,
 	})
@@ -236,14 +250,16 @@ func startInProcess(ctx context.Context, dir string, consumerHB time.Duration, l
 // cohortd) with their defaults and Kafka listeners, and reads their Raft
 // figures over gRPC (NodeInfo). With logOut, the nodes log at info and
 // their logs are copied to it when they stop.
-func startProcesses(ctx context.Context, cohortd, dir string, consumerHB time.Duration, logOut io.Writer) (*target, error) {
+func startProcesses(ctx context.Context, o options, dir string, logOut io.Writer) (*target, error) {
 	level := "warn"
 	if logOut != nil {
 		level = "info"
 	}
 	cl, err := benchcluster.StartProcesses(ctx, benchcluster.ProcessOptions{
-		Binary: cohortd, Size: cohortNodes, Dir: dir, Kafka: true, LogLevel: level,
-		Args: []string{"--consumer-heartbeat-interval=" + consumerHB.String()},
+		Binary: o.cohortd, Size: cohortNodes, Dir: dir, Kafka: true, LogLevel: level,
+		// --pprof: the nodes' profiles on their loopback HTTP addresses,
+		// for `go tool pprof` while a run goes on.
+		Args: []string{"--consumer-heartbeat-interval=" + o.consumerHB.String(), "--initial-rebalance-delay=" + o.initialDelay.String(), "--pprof"},
 	})
 	if err != nil {
 		return nil, err
@@ -265,6 +281,15 @@ func startProcesses(ctx context.Context, cohortd, dir string, consumerHB time.Du
 				}
 			}
 			return st
+		},
+		cpu: func() time.Duration {
+			d := report.ProcessCPU()
+			for i := range cohortNodes {
+				if pid := cl.Pid(i); pid != 0 {
+					d += report.PidCPU(pid)
+				}
+			}
+			return d
 		},
 		close: func() {
 			probe.Close()

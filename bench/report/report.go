@@ -8,11 +8,13 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,6 +144,34 @@ func ProcessCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// PidCPU is the CPU time (user and system) process pid has used so far,
+// from /proc/<pid>/stat (0 when it cannot be read: the process is gone).
+// The kernel reports it in USER_HZ ticks, 100 a second on Linux.
+func PidCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: fields are
+	// counted after its closing one (utime and stime are fields 14 and 15
+	// of the line, 12 and 13 after the name).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	const userHZ = 100
+	return time.Duration(utime+stime) * time.Second / userHZ
 }
 
 // LoadLine describes the machine's load, recorded with every result.

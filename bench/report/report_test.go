@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +81,34 @@ func TestErrNote(t *testing.T) {
 	got := ErrNote(3, long)
 	if !strings.HasPrefix(got, "3 (first: xxx") || !strings.HasSuffix(got, "…)") || len([]rune(got)) > 140 {
 		t.Fatalf("ErrNote(3, long) = %q: want the count and the first 120 characters", got)
+	}
+}
+
+// PidCPU reads another process's CPU time: a child (this test binary
+// again) that spins for a second has used most of a second, and a pid
+// that does not exist reads as none.
+func TestPidCPU_CountsAnotherProcessesWork(t *testing.T) {
+	if os.Getenv("REPORT_TEST_SPIN") != "" {
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		}
+		// time passes: the parent reads this process's figure meanwhile.
+		time.Sleep(10 * time.Second)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPidCPU_CountsAnotherProcessesWork$")
+	cmd.Env = append(os.Environ(), "REPORT_TEST_SPIN=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// time passes: the child spins for its second, then sleeps.
+	time.Sleep(1500 * time.Millisecond)
+	// At least half the second, whatever a loaded machine withholds; at
+	// most the wall clock on two cores.
+	if got := PidCPU(cmd.Process.Pid); got < 500*time.Millisecond || got > 3*time.Second {
+		t.Errorf("PidCPU of a child that spun for 1 s: %s", got)
+	}
+	if none := PidCPU(1 << 30); none != 0 {
+		t.Errorf("PidCPU of no process: %s, want 0", none)
 	}
 }
