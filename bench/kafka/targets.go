@@ -213,6 +213,20 @@ func moduleVersion(path string) string {
 	return "(version unknown)"
 }
 
+// nodeStats is a target's raftStats: the figures of every node read
+// answers for.
+func nodeStats(read func(node int) (raftnode.Stats, bool)) func() []raftnode.Stats {
+	return func() []raftnode.Stats {
+		var st []raftnode.Stats
+		for i := range cohortNodes {
+			if s, ok := read(i); ok {
+				st = append(st, s)
+			}
+		}
+		return st
+	}
+}
+
 // startInProcess starts Cohort as three nodes in this process.
 func startInProcess(ctx context.Context, o options, dir string, logOut io.Writer) (*target, error) {
 	logger := slog.New(slog.DiscardHandler)
@@ -233,15 +247,13 @@ func startInProcess(ctx context.Context, o options, dir string, logOut io.Writer
 		name:  "cohort",
 		seeds: cl.KafkaAddrs(),
 		about: fmt.Sprintf("%d in-process nodes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
-		raftStats: func() []raftnode.Stats {
-			var st []raftnode.Stats
-			for i := range cohortNodes {
-				if s := cl.Server(i); s != nil {
-					st = append(st, s.Node.Stats())
-				}
+		raftStats: nodeStats(func(i int) (raftnode.Stats, bool) {
+			s := cl.Server(i)
+			if s == nil {
+				return raftnode.Stats{}, false
 			}
-			return st
-		},
+			return s.Node.Stats(), true
+		}),
 		close: func() { _ = cl.Close() },
 	}, nil
 }
@@ -273,15 +285,10 @@ func startProcesses(ctx context.Context, o options, dir string, logOut io.Writer
 		name:  "cohort",
 		seeds: cl.KafkaAddrs(),
 		about: fmt.Sprintf("%d cohortd processes on loopback, Raft-replicated, fsync on, all %d as seeds", cohortNodes, cohortNodes),
-		raftStats: func() []raftnode.Stats {
-			var st []raftnode.Stats
-			for i := range cohortNodes {
-				if info, err := probe.Info(ctx, i); err == nil {
-					st = append(st, raftnode.Stats{Term: info.GetTerm(), LastIndex: info.GetLastIndex()})
-				}
-			}
-			return st
-		},
+		raftStats: nodeStats(func(i int) (raftnode.Stats, bool) {
+			info, err := probe.Info(ctx, i)
+			return raftnode.Stats{Term: info.GetTerm(), LastIndex: info.GetLastIndex()}, err == nil
+		}),
 		cpu: func() time.Duration {
 			d := report.ProcessCPU()
 			for i := range cohortNodes {
