@@ -91,8 +91,7 @@ func TestPidCPU_CountsAnotherProcessesWork(t *testing.T) {
 	if os.Getenv("REPORT_TEST_SPIN") != "" {
 		for end := time.Now().Add(time.Second); time.Now().Before(end); {
 		}
-		// time passes: the parent reads this process's figure meanwhile.
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // time passes: the parent reads this process's figure meanwhile
 		os.Exit(0)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPidCPU_CountsAnotherProcessesWork$")
@@ -101,8 +100,7 @@ func TestPidCPU_CountsAnotherProcessesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	// time passes: the child spins for its second, then sleeps.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // time passes: the child spins for its second, then sleeps
 	// At least half the second, whatever a loaded machine withholds; at
 	// most the wall clock on two cores.
 	if got := PidCPU(cmd.Process.Pid); got < 500*time.Millisecond || got > 3*time.Second {
