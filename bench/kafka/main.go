@@ -1,5 +1,5 @@
 // Command kafka-bench measures Cohort's Kafka listener beside franz-go's
-// kfake with the same kgo clients, in one process and one run (issue 15):
+// kfake with the same kgo clients, in one run (issue 15):
 // the time a consumer group (classic, or KIP-848 with --protocol consumer)
 // takes to rebalance when one member joins, at several group sizes, and standalone offset commits per second
 // at several concurrencies. It lives in its own module so that kfake never
@@ -9,8 +9,10 @@
 // the nodes do not share a Go scheduler with a thousand clients, as in
 // any deployment) or as an in-process three-node cluster (--cluster
 // inprocess), fsync on either way; kfake as an in-memory, unreplicated
-// cluster in this process. The report has
-// cohort-bench's --json format, so that `cohort-bench plot` draws it.
+// cluster in this process (--kfake inprocess, the default) or in one of
+// its own (--kfake process, kfakeproc.go). The clients run in this
+// process. The report has cohort-bench's --json format, so that
+// `cohort-bench plot` draws it.
 package main
 
 import (
@@ -59,6 +61,7 @@ type options struct {
 	clientLogFile string
 	cluster       string
 	cohortd       string
+	kfake         string
 
 	// clientLog is where the consumers log (--client-log; nil: nowhere).
 	clientLog io.Writer
@@ -89,6 +92,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.clientLogFile, "client-log", "", "write every rebalance consumer's kgo log (info: joins, syncs, heartbeat errors, assignments), each line stamped to the microsecond and naming the target and member, to this file, to see what a slow round waited for (default: discarded)")
 	fs.StringVar(&o.cluster, "cluster", "process", "how Cohort runs: process (three cohortd processes, --cohortd) or inprocess (three nodes in this process, sharing its Go scheduler with every client)")
 	fs.StringVar(&o.cohortd, "cohortd", "bin/cohortd", "cohortd binary for --cluster process (make build)")
+	fs.StringVar(&o.kfake, "kfake", "inprocess", "where kfake runs: inprocess (in this process, beside the clients) or process (this binary run again as a kfake server, so that kfake too answers from another process, as cohortd does)")
 }
 
 // validate checks the options once and returns the parsed lists.
@@ -133,6 +137,8 @@ func (o options) validate() (sizes, concs []int, err error) {
 		return nil, nil, fmt.Errorf("--kfake-brokers %d: want at least 1", o.kfakeBrokers)
 	case o.cluster != "process" && o.cluster != "inprocess":
 		return nil, nil, fmt.Errorf("--cluster %q: want process or inprocess", o.cluster)
+	case o.kfake != "process" && o.kfake != "inprocess":
+		return nil, nil, fmt.Errorf("--kfake %q: want inprocess or process", o.kfake)
 	}
 	return sizes, concs, nil
 }
@@ -165,6 +171,13 @@ func balancer(protocol, name string) (kgo.GroupBalancer, string, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == kfakeServeCommand {
+		if err := kfakeServe(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "kafka-bench kfake-serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	fs := flag.NewFlagSet("kafka-bench", flag.ExitOnError)
 	var o options
 	o.register(fs)
@@ -245,7 +258,7 @@ func measure(ctx context.Context, o options, sizes, concs []int, out io.Writer) 
 	}
 	defer closeTargets(targets)
 
-	fmt.Fprintf(out, "kafka-bench: franz-go kgo %s against Cohort (%s) and kfake %s (%s), one process, before: %s\n",
+	fmt.Fprintf(out, "kafka-bench: franz-go kgo %s in this process against Cohort (%s) and kfake %s (%s), before: %s\n",
 		moduleVersion("github.com/twmb/franz-go"), targets[0].about, moduleVersion("github.com/twmb/franz-go/pkg/kfake"), targets[1].about, loadBefore)
 	if len(sizes) > 0 {
 		if err := measureRebalances(ctx, o, sizes, targets, out); err != nil {

@@ -21,6 +21,14 @@ import (
 var cohortd string
 
 func TestMain(m *testing.M) {
+	// --kfake process runs the test binary as the kfake server.
+	if len(os.Args) > 1 && os.Args[1] == kfakeServeCommand {
+		if err := kfakeServe(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "kafka-bench-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -295,4 +303,20 @@ func TestRun_Logs_NodesAndConsumers(t *testing.T) {
 			t.Errorf("--client-log file lacks %q", want)
 		}
 	}
+}
+
+// --kfake process runs kfake in a process of its own (this binary again,
+// as kfake-serve): the rebalance is measured on it as on the in-process
+// one, and the report says where it ran.
+func TestRun_KfakeInAProcessOfItsOwn(t *testing.T) {
+	o := testOptions(t)
+	o.skipCommits = true
+	o.kfake = "process"
+	r, notes := runJSON(t, o)
+	for _, want := range []string{"in a process of its own", "rebalance kfake, 2 members: formed", "heartbeat round trips during the rounds: "} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q: want %q", r.Notes, want)
+		}
+	}
+	checkRebalanceTable(t, r)
 }

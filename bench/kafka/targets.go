@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -78,18 +77,23 @@ func startTargets(ctx context.Context, o options, dir string, logOut io.Writer) 
 	if err != nil {
 		return nil, fmt.Errorf("start Cohort: %w", err)
 	}
-	fake, err := kfake.NewCluster(kfake.NumBrokers(o.kfakeBrokers), kfake.BrokerConfigs(map[string]string{
-		"group.consumer.heartbeat.interval.ms": strconv.FormatInt(o.consumerHB.Milliseconds(), 10),
-	}))
+	var kf *target
+	if o.kfake == "process" {
+		kf, err = startKfakeProcess(ctx, o)
+	} else {
+		var fake *kfake.Cluster
+		if fake, err = startKfake(o.kfakeBrokers, o.consumerHB); err == nil {
+			kf = &target{
+				name:  "kfake",
+				seeds: fake.ListenAddrs(),
+				about: fmt.Sprintf("%d broker(s) on loopback, in memory, unreplicated, in this process", o.kfakeBrokers),
+				close: fake.Close,
+			}
+		}
+	}
 	if err != nil {
 		cohort.close()
 		return nil, fmt.Errorf("start kfake: %w", err)
-	}
-	kf := &target{
-		name:  "kfake",
-		seeds: fake.ListenAddrs(),
-		about: fmt.Sprintf("%d broker(s) on loopback, in memory, unreplicated", o.kfakeBrokers),
-		close: fake.Close,
 	}
 	targets := []*target{cohort, kf}
 	for _, t := range []struct {
