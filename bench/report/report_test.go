@@ -1,11 +1,14 @@
 package report
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,26 +88,40 @@ func TestErrNote(t *testing.T) {
 }
 
 // PidCPU reads another process's CPU time: a child (this test binary
-// again) that spins for a second has used most of a second, and a pid
-// that does not exist reads as none.
+// again) spins until its own clock says it has used 300 ms, prints that
+// clock and idles; read from outside, its figure is the one it printed,
+// within the ticks the kernel counts in and the runtime's own threads. A
+// pid that does not exist reads as none.
 func TestPidCPU_CountsAnotherProcessesWork(t *testing.T) {
 	if os.Getenv("REPORT_TEST_SPIN") != "" {
-		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		for ProcessCPU() < 300*time.Millisecond {
 		}
-		time.Sleep(10 * time.Second) // time passes: the parent reads this process's figure meanwhile
+		fmt.Println(ProcessCPU().Nanoseconds())
+		time.Sleep(time.Minute) // time passes: the parent reads this process's figure meanwhile, then kills it
 		os.Exit(0)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPidCPU_CountsAnotherProcessesWork$")
 	cmd.Env = append(os.Environ(), "REPORT_TEST_SPIN=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	time.Sleep(1500 * time.Millisecond) // time passes: the child spins for its second, then sleeps
-	// At least half the second, whatever a loaded machine withholds; at
-	// most the wall clock on two cores.
-	if got := PidCPU(cmd.Process.Pid); got < 500*time.Millisecond || got > 3*time.Second {
-		t.Errorf("PidCPU of a child that spun for 1 s: %s", got)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the child printed no CPU figure: %v", err)
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+	if err != nil {
+		t.Fatalf("the child printed %q", line)
+	}
+	own := time.Duration(ns)
+	got := PidCPU(cmd.Process.Pid)
+	if got < own-50*time.Millisecond || got > own+200*time.Millisecond {
+		t.Errorf("PidCPU of a child whose own clock said %s: %s", own, got)
 	}
 	if none := PidCPU(1 << 30); none != 0 {
 		t.Errorf("PidCPU of no process: %s, want 0", none)
