@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -98,14 +97,17 @@ func startKfakeProcess(ctx context.Context, o options) (*target, error) {
 		line <- strings.TrimSpace(s)
 	}()
 	var addrs string
+	why := "exited without them (its error is on standard error above)"
 	select {
 	case addrs = <-line:
 	case <-time.After(30 * time.Second):
+		why = "did not print them within 30s"
 	case <-ctx.Done():
+		why = "was not waited for: " + ctx.Err().Error()
 	}
 	if addrs == "" {
 		stopProc()
-		return nil, errors.New("kfake-serve printed no listen addresses")
+		return nil, fmt.Errorf("%s %s: no listen addresses: it %s; --kfake inprocess runs kfake without a process of its own", self, kfakeServeCommand, why)
 	}
 	pid := cmd.Process.Pid
 	return &target{
