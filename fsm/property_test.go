@@ -298,7 +298,9 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 		rt.Fatalf("member counter %d, actual %d", post.members, members)
 	}
 	// Every stored offset came from its owner in the current generation, or
-	// from a standalone commit to a group without members.
+	// (command rules 2, KIP-429) from the member that owned it in the
+	// previous generation while nobody owns it yet, or from a standalone
+	// commit to a group without members.
 	if c := cmd.GetCommitOffsets(); c != nil && res.Err == nil {
 		g, existed := pre.groups[c.GetGroupId()]
 		for i, o := range c.GetOffsets() {
@@ -312,7 +314,10 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 				continue
 			}
 			m, ok := g.Member(c.GetMemberId())
-			if !existed || !ok || c.GetGeneration() != g.Generation || g.State == CompletingRebalance || !m.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
+			owns := ok && m.Assignment.Owns(o.GetTopic(), o.GetPartition())
+			gaveUp := ok && cmd.GetVersion() >= 2 && m.PreviousAssignment.Owns(o.GetTopic(), o.GetPartition()) &&
+				!slices.ContainsFunc(g.Members, func(other *Member) bool { return other.Assignment.Owns(o.GetTopic(), o.GetPartition()) })
+			if !existed || !ok || c.GetGeneration() != g.Generation || g.State == CompletingRebalance || !(owns || gaveUp) {
 				rt.Fatalf("commit of %s/%d by %s at generation %d accepted, but it was not the owner in the current generation", o.GetTopic(), o.GetPartition(), c.GetMemberId(), c.GetGeneration())
 			}
 		}
