@@ -73,6 +73,10 @@ func TestProcess_Kafka_MutualTLSAuthorizesAndCommitsSurviveLeaderKill9(t *testin
 	c := newSecureCluster(t)
 	c.kafka = true
 	c.form(3)
+	// A new cluster's nodes enter the broker registry in its first second;
+	// until the leader's has, FindCoordinator answers
+	// COORDINATOR_NOT_AVAILABLE, which would stand in for the refusal below.
+	kafkatest.WaitBrokers(t, kafkatest.NewClient(t, c.kafkaAddrs(), kgo.DialTLSConfig(c.kafkaTLS("admin"))), 3)
 	adm := c.kafkaAdmin("admin")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
