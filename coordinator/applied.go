@@ -108,7 +108,7 @@ func (e *Engine) followApplied(ctx context.Context) {
 			serving := e.serving
 			e.mu.Unlock()
 			if serving {
-				e.observe(a.res, a.cmd)
+				e.observe(a.res, a.cmd, a.cmd.GetTimestampMs())
 			}
 			e.applied.markObserved(a.res.Index)
 		}

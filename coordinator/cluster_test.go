@@ -64,6 +64,38 @@ func TestGroup_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *test
 	if d := describe(t, c, 0, "trio"); d.GetGeneration() != 1 || d.GetState() != "Stable" || len(d.GetMembers()) != 3 {
 		t.Fatalf("trio: %s generation %d with %d members", d.GetState(), d.GetGeneration(), len(d.GetMembers()))
 	}
+
+	// A fourth member makes generation 2; the trio's last rejoin closes
+	// that round in the apply of a join (TestObserve_ covers a join inside
+	// a Batch entry).
+	x := newMember(t, c, "trio", "t")
+	joined := make(chan error, 1)
+	go func() { joined <- x.tryJoin(ctx) }()
+	waitState(t, ctx, c, "trio", "PreparingRebalance")
+	if err := joinAll(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-joined; err != nil {
+		t.Fatalf("fourth member's join: %v", err)
+	}
+	ms = append(ms, x)
+	if err := all(ms, "sync", func(m *member) error { return m.trySync(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	checkAssignment(t, "t", 6, ms...)
+
+	// Three join phases, the first two at least the initial delay long,
+	// every one timed from its start.
+	h := leaderMetric(t, c, "cohort_group_rebalance_duration_seconds")[0].GetHistogram()
+	t.Logf("DEBUG %d %f", h.GetSampleCount(), h.GetSampleSum())
+	if h.GetSampleCount() != 3 || h.GetSampleSum() < 0.6 || h.GetSampleSum() > 60 {
+		t.Fatalf("rebalance durations: %d observed, sum %.3f s; want 3, two of them at least the 0.3 s initial delay", h.GetSampleCount(), h.GetSampleSum())
+	}
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() < 0.3 && b.GetCumulativeCount() > 1 {
+			t.Fatalf("rebalance durations: %d at most %.3f s; only the third may be shorter than the initial delay", b.GetCumulativeCount(), b.GetUpperBound())
+		}
+	}
 }
 
 func TestGroup_JoinLeaveAndCrash_EachRebalanceOnce(t *testing.T) {

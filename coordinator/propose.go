@@ -55,11 +55,13 @@ func (e *Engine) proposeAdmitted(ctx context.Context, cmd *fsmv1.Command) (*fsm.
 
 // observe brings the leader-local state in line with the FSM after an
 // apply (followApplied calls it for every applied entry, in log order).
-func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
+// nowMs is the entry's leader timestamp: the commands of a Batch carry
+// none of their own, the FSM applies them at the batch's.
+func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command, nowMs int64) {
 	e.logServerAssignment(res)
 	if res.JoinCompleted && res.Group != nil {
 		e.m.rebalances.Inc()
-		e.m.rebalanceSeconds.Observe(float64(cmd.GetTimestampMs()-res.Group.RebalanceStartedMs) / 1000)
+		e.m.rebalanceSeconds.Observe(float64(nowMs-res.Group.RebalanceStartedMs) / 1000)
 	}
 	var ids []string
 	switch c := cmd.GetKind().(type) {
@@ -68,7 +70,7 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command) {
 	case *fsmv1.Command_Batch:
 		for i, sub := range c.Batch.GetCommands() {
 			if i < len(res.Batch) {
-				e.observe(res.Batch[i], sub)
+				e.observe(res.Batch[i], sub, nowMs)
 			}
 		}
 		return

@@ -2,7 +2,9 @@ package raftnode
 
 import (
 	"errors"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/hashicorp/raft"
 )
@@ -145,5 +147,47 @@ func TestByteLogCache_FailedWriteIsNotCached(t *testing.T) {
 	var out raft.Log
 	if err := c.GetLog(1, &out); !errors.Is(err, raft.ErrLogNotFound) {
 		t.Fatalf("GetLog of an entry never stored: %v, want ErrLogNotFound", err)
+	}
+}
+
+// applyFuture stands for raft's apply future on the leader: the Log the
+// cache is given is a field of it, beside the FSM's result.
+type applyFuture struct {
+	log    raft.Log
+	result []byte
+}
+
+// copyingStore keeps copies, as a store on disk does (raft.InmemStore
+// keeps the pointers it is given).
+type copyingStore struct{ *raft.InmemStore }
+
+func (s copyingStore) StoreLogs(logs []*raft.Log) error {
+	for _, l := range logs {
+		cp := *l
+		if err := s.InmemStore.StoreLog(&cp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestByteLogCache_DoesNotPinWhatHoldsTheEntry(t *testing.T) {
+	c := newByteLogCache(copyingStore{raft.NewInmemStore()}, 512, 1<<20)
+	f := &applyFuture{log: raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("join")}, result: make([]byte, 1<<20)}
+	held := weak.Make(f)
+	if err := c.StoreLog(&f.log); err != nil {
+		t.Fatal(err)
+	}
+	f = nil
+	runtime.GC()
+	if held.Value() != nil {
+		t.Fatal("the cache keeps the struct its entry came in alive (and whatever it holds)")
+	}
+	var out raft.Log
+	if err := c.GetLog(1, &out); err != nil || string(out.Data) != "join" {
+		t.Fatalf("GetLog(1) = %q, %v; want the cached entry", out.Data, err)
+	}
+	if entries, _ := c.stats(); entries != 1 {
+		t.Fatalf("cache holds %d entries, want 1", entries)
 	}
 }

@@ -43,6 +43,8 @@ type globalOptions struct {
 	tlsFiles, tlsAdmin auth.Files
 	// logStore is the started cluster's log store (raftnode.LogStore*).
 	logStore string
+	// nodeArgs are extra cohortd flags for --cluster process.
+	nodeArgs []string
 }
 
 func newRootCommand() *cobra.Command {
@@ -80,6 +82,9 @@ Every run is bounded by --timeout; results are printed as tables, or with
 			if g.cluster != "inprocess" && g.cluster != "process" {
 				return fmt.Errorf("--cluster %q: want inprocess or process", g.cluster)
 			}
+			if len(g.nodeArgs) > 0 && (g.cluster != "process" || len(g.endpoints) > 0) {
+				return errors.New("--node-arg is for the cohortd processes of --cluster process")
+			}
 			if err := raftnode.ValidateLogStore(g.logStore); err != nil {
 				return err
 			}
@@ -95,6 +100,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 	f.DurationVar(&g.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	f.StringVar(&g.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --cluster inprocess it includes the nodes)")
 	f.StringVar(&g.logStore, "log-store", "bolt", "log store of the started cluster's nodes: bolt, or wal (cohortd's --log-store; wal is withdrawn for now, raftnode/logstore.go)")
+	f.StringArrayVar(&g.nodeArgs, "node-arg", nil, "extra cohortd flag for every node of --cluster process, e.g. --node-arg=--pprof (repeatable)")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "log cluster and client events to stderr")
 	f.BoolVar(&g.json, "json", false, "print the results as one JSON document (notes and tables, rows in column order) instead of text")
 	f.BoolVar(&g.tls, "tls", false, "start the cluster with mutual TLS on Raft and gRPC (a throwaway CA; members use a client certificate, admin calls an admin one)")
@@ -321,7 +327,7 @@ func (g *globalOptions) startTarget(ctx context.Context, kind string, withTLS bo
 		t.cluster, t.inproc = c, c
 	case "process":
 		c, err := benchcluster.StartProcesses(sctx, benchcluster.ProcessOptions{
-			Binary: g.cohortd, Dir: dir, Args: []string{"--initial-rebalance-delay=0", "--log-store=" + g.logStore}, PKI: pki,
+			Binary: g.cohortd, Dir: dir, Args: append([]string{"--initial-rebalance-delay=0", "--log-store=" + g.logStore}, g.nodeArgs...), PKI: pki,
 		})
 		if err != nil {
 			cleanup()
