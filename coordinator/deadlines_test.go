@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -189,5 +190,45 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 		_, sync := e.syncs["g"]
 		e.mu.Unlock()
 		return session && sync, fmt.Sprintf("session %t, sync deadline %t", session, sync)
+	})
+}
+
+// Test_PendingIDWhoseJoinLandedUnanswered_IsForgotten: a new member's join
+// that was applied although its caller never heard (its context ended
+// during commit) turns the pending ID into a member; the ID no longer
+// counts as pending. Before, it counted twice (member and pending) until
+// its session ran out, and a group near its members-per-group budget
+// refused new members it had room for (seen forming a 10,000-member group).
+func Test_PendingIDWhoseJoinLandedUnanswered_IsForgotten(t *testing.T) {
+	f := fsm.New()
+	cfg := DefaultConfig()
+	cfg.InitialRebalanceDelay = 0
+	e := runEngine(t, cfg, &lostAnswerRaft{localRaft{fsm: f}}, f)
+	ctx := context.Background()
+	req := &cohortv1.JoinGroupRequest{GroupId: "g", ProtocolType: "consumer",
+		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000}
+	_, err := e.JoinGroup(ctx, req, "127.0.0.1:1")
+	var required *MemberIDRequiredError
+	if !errors.As(err, &required) {
+		t.Fatalf("first join: %v, want MEMBER_ID_REQUIRED", err)
+	}
+	pending := func() (int, int) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.pending), e.pendingPerGroup["g"]
+	}
+	if n, g := pending(); n != 1 || g != 1 {
+		t.Fatalf("after MEMBER_ID_REQUIRED: %d pending IDs, %d for the group; want 1 and 1", n, g)
+	}
+	req.MemberId = required.MemberID
+	if _, err := e.JoinGroup(ctx, req, "127.0.0.1:1"); errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("join with the ID: %v, want NOT_LEADER (outcome unknown)", err)
+	}
+	if g, ok := f.Group("g"); !ok || len(g.Members) != 1 || g.Members[0].ID != required.MemberID {
+		t.Fatalf("the entry was applied: group %+v", g)
+	}
+	proc.WaitFor(t, 5*time.Second, "the pending ID forgotten once its join was applied", func() (bool, string) {
+		n, g := pending()
+		return n == 0 && g == 0, fmt.Sprintf("%d pending IDs, %d for the group", n, g)
 	})
 }

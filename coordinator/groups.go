@@ -109,12 +109,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	if newMember {
-		e.mu.Lock()
-		e.forgetPendingLocked(memberKey{r.GetGroupId(), r.GetMemberId()})
-		e.mu.Unlock()
-	}
-	g = res.Group
+	g = res.Group // its pending ID, if it had one, is forgotten (observe)
 	if g.State == fsm.PreparingRebalance {
 		if g, err = e.park(ctx, waitJoin, g.ID, memberID, r.GetInstanceId(), g.Generation); err != nil {
 			return nil, err

@@ -105,6 +105,14 @@ func (e *Engine) observe(res *fsm.ApplyResult, cmd *fsmv1.Command, nowMs int64) 
 		return
 	}
 	now := e.cfg.Now()
+	if j := cmd.GetJoinMember(); j != nil && j.GetNewMember() && res.Err == nil {
+		// A pending ID is a member now, whether or not its caller is still
+		// there to hear it: the join of an attempt the client abandoned
+		// (a timeout, a cut connection) lands all the same, and counting
+		// it as pending too would keep new members out of a group near its
+		// members-per-group budget until the ID's session ran out.
+		e.forgetPendingLocked(memberKey{j.GetGroupId(), j.GetMember().GetMemberId()})
+	}
 	if e.joinedRoundLocked(cmd, res, now) {
 		return
 	}

@@ -211,6 +211,21 @@ func (t *target) Close() error {
 	return nil
 }
 
+// cpu is the CPU time (user and system) this process has used so far and,
+// with --cluster process, the nodes' processes too: what a run costs,
+// whichever side does the work.
+func (t *target) cpu() time.Duration {
+	d := report.ProcessCPU()
+	if p, ok := t.cluster.(*benchcluster.Processes); ok {
+		for i := range t.addrs {
+			if pid := p.Pid(i); pid != 0 {
+				d += report.PidCPU(pid)
+			}
+		}
+	}
+	return d
+}
+
 // live reports whether node i runs (always true for --endpoints).
 func (t *target) live(i int) bool {
 	if t.cluster == nil {

@@ -42,10 +42,11 @@ Rounds start at a random phase of the heartbeat rhythm, so on average half
 an interval; --watch on,off measures both side by side. The "after last
 rejoin" columns exclude the wait: the time from the last existing member's revocation (the moment
 its watch or heartbeat told it to rejoin) to the last member's new assignment.
-"CPU/member" is this process's CPU time (user and system) from the new
-member's start until the group is stable, divided by the members, median
-over rounds: with the in-process cluster it counts the nodes and the
-clients, with --cluster process the clients alone.
+"CPU/member" is the CPU time (user and system) of this process and, with
+--cluster process, of the nodes' processes, from the new member's start
+until the group is stable, divided by the members, median over rounds: the
+nodes' and the clients' work either way (with --endpoints the clients'
+alone).
 
 The group forms in waves of --form-wave members, each wave joining once the
 group is stable with the ones before. --members-per-conn lets members share
@@ -142,7 +143,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, wave, pe
 		case <-time.After(hb + rand.N(hb)):
 		}
 		old := slices.Clone(f.members)
-		cpu0 := report.ProcessCPU()
+		cpu0 := t.cpu()
 		t0 := time.Now()
 		if _, err := f.add(1); err != nil {
 			return nil, err
@@ -154,7 +155,7 @@ func rebalanceSize(ctx context.Context, t *target, g *globalOptions, n, wave, pe
 			return nil, err
 		}
 		lat = append(lat, last.Sub(t0))
-		cpu = append(cpu, (report.ProcessCPU()-cpu0)/time.Duration(len(f.members)))
+		cpu = append(cpu, (t.cpu()-cpu0)/time.Duration(len(f.members)))
 		var lastRevoke time.Time
 		for _, m := range old {
 			if r := m.lastRevoked(); r.After(lastRevoke) {
