@@ -865,3 +865,37 @@ func leaderMetric(t *testing.T, c *testcluster.Cluster, name string) []*dto.Metr
 	}
 	return nil
 }
+
+// TestJoin_RetryWhileCompletingRebalance_SameGeneration: a member that
+// lost its join answer (its call cut after the barrier closed) and joins
+// again unchanged while the group waits for the leader's plan gets the
+// same generation back; no new rebalance starts, and the plan still ends
+// the round.
+func TestJoin_RetryWhileCompletingRebalance_SameGeneration(t *testing.T) {
+	c := cluster(t)
+	ctx := testCtx(t)
+	ms := []*member{newMember(t, c, "g", "t"), newMember(t, c, "g", "t")}
+	if err := joinAll(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+	gen := ms[0].generation
+	follower := ms[0]
+	if follower.isLeader() {
+		follower = ms[1]
+	}
+	// Short: a join that started a rebalance would park at the barrier
+	// until the others rejoined or the rebalance timeout passed.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := follower.tryJoin(rctx)
+	cancel()
+	if err != nil || follower.generation != gen {
+		t.Fatalf("retried join: generation %d, %v; want generation %d at once", follower.generation, err, gen)
+	}
+	if d := describe(t, c, c.Leader(), "g"); d.GetState() != "CompletingRebalance" || d.GetGeneration() != gen {
+		t.Fatalf("after the retried join: %s generation %d, want CompletingRebalance %d", d.GetState(), d.GetGeneration(), gen)
+	}
+	if err := all(ms, "sync", func(m *member) error { return m.trySync(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	checkAssignment(t, "t", 6, ms...)
+}
