@@ -160,6 +160,16 @@ func (l *lostAnswerRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Ap
 	return res, err
 }
 
+// lostAnswerEngine serves over a lostAnswerRaft, with no initial
+// rebalance delay.
+func lostAnswerEngine(t *testing.T) (*Engine, *fsm.FSM) {
+	t.Helper()
+	f := fsm.New()
+	cfg := DefaultConfig()
+	cfg.InitialRebalanceDelay = 0
+	return runEngine(t, cfg, &lostAnswerRaft{localRaft{fsm: f}}, f), f
+}
+
 // Test_EntryWhoseProposerLeft_StillSetsDeadlines: a JoinMember that was
 // applied although its proposer never saw the result (its context ended
 // during commit) still gives the new member a session and its group the
@@ -167,10 +177,7 @@ func (l *lostAnswerRaft) Apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Ap
 // the proposers' returns (issue 13, finding 4). Before, such a member had
 // no session and its group no timer until the next leader change.
 func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
-	f := fsm.New()
-	cfg := DefaultConfig()
-	cfg.InitialRebalanceDelay = 0
-	e := runEngine(t, cfg, &lostAnswerRaft{localRaft{fsm: f}}, f)
+	e, f := lostAnswerEngine(t)
 	ctx := context.Background()
 	_, err := e.JoinGroup(ctx, &cohortv1.JoinGroupRequest{GroupId: "g", InstanceId: "i-1", ProtocolType: "consumer",
 		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000}, "127.0.0.1:1")
@@ -200,10 +207,7 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 // its session ran out, and a group near its members-per-group budget
 // refused new members it had room for (seen forming a 10,000-member group).
 func Test_PendingIDWhoseJoinLandedUnanswered_IsForgotten(t *testing.T) {
-	f := fsm.New()
-	cfg := DefaultConfig()
-	cfg.InitialRebalanceDelay = 0
-	e := runEngine(t, cfg, &lostAnswerRaft{localRaft{fsm: f}}, f)
+	e, f := lostAnswerEngine(t)
 	ctx := context.Background()
 	req := &cohortv1.JoinGroupRequest{GroupId: "g", ProtocolType: "consumer",
 		Protocols: []*cohortv1.ProtocolMetadata{{Name: "range"}}, SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000}
