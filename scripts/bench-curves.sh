@@ -5,7 +5,7 @@
 # tests, chaos runs or other benchmarks: the reports record the load
 # average before and after each run).
 #
-#   scripts/bench-curves.sh [rebalance|rebalance-large|rebalance-10k|commits|logstores|groups|heartbeats|failover|state|all] [SIZES]
+#   scripts/bench-curves.sh [rebalance|rebalance-process|rebalance-large|rebalance-10k|commits|logstores|groups|heartbeats|failover|state|all] [SIZES]
 #
 # SIZES (the members of rebalance and heartbeats) defaults to 10,100,1000.
 set -euo pipefail
@@ -35,6 +35,15 @@ if [ "$what" = rebalance-large ] || [ "$what" = all ]; then
 	large=${2:-5000}
 	$bench --json --timeout 60m rebalance --sizes "$large" --form-wave 1000 --members-per-conn 20 --rounds 3 --watch on \
 		--heartbeat-interval 3s > "$out/rebalance-large.json"
+fi
+if [ "$what" = rebalance-process ] || [ "$what" = all ]; then
+	# The same rounds with the three nodes as cohortd processes, as they
+	# are deployed (each member its own connection); then 1,000 and 5,000
+	# members twenty to a connection, as the larger runs need.
+	$bench --json --timeout 60m --cluster process --cohortd bin/cohortd rebalance --sizes "$sizes" --rounds 5 --watch on \
+		--heartbeat-interval 3s > "$out/rebalance-process.json"
+	$bench --json --timeout 60m --cluster process --cohortd bin/cohortd rebalance --sizes 1000,5000 --form-wave 1000 \
+		--members-per-conn 20 --rounds 3 --watch on --heartbeat-interval 3s > "$out/rebalance-process-shared.json"
 fi
 if [ "$what" = rebalance-10k ] || [ "$what" = all ]; then
 	# 10,000 members: the three nodes as cohortd processes (the clients
