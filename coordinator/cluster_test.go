@@ -87,7 +87,6 @@ func TestGroup_OneMemberGetsEveryPartition_ThreeTogetherGetOneGeneration(t *test
 	// Three join phases, the first two at least the initial delay long,
 	// every one timed from its start.
 	h := leaderMetric(t, c, "cohort_group_rebalance_duration_seconds")[0].GetHistogram()
-	t.Logf("DEBUG %d %f", h.GetSampleCount(), h.GetSampleSum())
 	if h.GetSampleCount() != 3 || h.GetSampleSum() < 0.6 || h.GetSampleSum() > 60 {
 		t.Fatalf("rebalance durations: %d observed, sum %.3f s; want 3, two of them at least the 0.3 s initial delay", h.GetSampleCount(), h.GetSampleSum())
 	}

@@ -60,21 +60,17 @@ func TestObserve_TimesJoinPhasesClosedInsideABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	join := func(id string) *fsmv1.Command {
-		return &fsmv1.Command{Kind: &fsmv1.Command_JoinMember{JoinMember: &fsmv1.JoinMember{
-			GroupId: "g", ProtocolType: "consumer", NewMember: true,
-			Member: &fsmv1.MemberSpec{MemberId: id, SessionTimeoutMs: 10_000, RebalanceTimeoutMs: 10_000,
-				Protocols: []*fsmv1.Protocol{{Name: "range"}}},
-		}}}
-	}
-	const batchMs = 1_000_250
-	f.Apply(1, &fsmv1.Command{TimestampMs: batchMs - 250, Version: fsm.CommandVersion, Kind: &fsmv1.Command_CreateTopic{CreateTopic: &fsmv1.CreateTopic{Name: "t", Partitions: 1}}})
 	// a's join opens the group's first round and, a being its only
 	// member, closes it in the same apply.
-	batch := &fsmv1.Command{TimestampMs: batchMs, Version: fsm.CommandVersion, Kind: &fsmv1.Command_Batch{Batch: &fsmv1.Batch{
-		Commands: []*fsmv1.Command{join("a")},
+	join := &fsmv1.Command{Kind: &fsmv1.Command_JoinMember{JoinMember: &fsmv1.JoinMember{
+		GroupId: "g", ProtocolType: "consumer", NewMember: true,
+		Member: &fsmv1.MemberSpec{MemberId: "a", SessionTimeoutMs: 10_000, RebalanceTimeoutMs: 10_000,
+			Protocols: []*fsmv1.Protocol{{Name: "range"}}},
 	}}}
-	res := f.Apply(2, batch)
+	batch := &fsmv1.Command{TimestampMs: 1_000_250, Version: fsm.CommandVersion, Kind: &fsmv1.Command_Batch{Batch: &fsmv1.Batch{
+		Commands: []*fsmv1.Command{join},
+	}}}
+	res := f.Apply(1, batch)
 	if res.Err != nil || len(res.Batch) != 1 || res.Batch[0].Err != nil || !res.Batch[0].JoinCompleted {
 		t.Fatalf("batch: %+v, want a's join to close the join phase", res)
 	}
