@@ -83,7 +83,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 				return fmt.Errorf("--cluster %q: want inprocess or process", g.cluster)
 			}
 			if len(g.nodeArgs) > 0 && (g.cluster != "process" || len(g.endpoints) > 0) {
-				return errors.New("--node-arg is for the cohortd processes of --cluster process")
+				return errors.New("--node-arg passes flags to the cohortd processes that --cluster process starts; add --cluster process (with --endpoints or --cluster inprocess there is no cohortd to pass them to)")
 			}
 			if err := raftnode.ValidateLogStore(g.logStore); err != nil {
 				return err
