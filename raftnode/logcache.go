@@ -90,7 +90,7 @@ func (c *byteLogCache) insert(l *raft.Log) {
 	// over the Log inside each apply future, and keeping that pointer would
 	// keep the whole future alive, with the FSM's result it holds (a Batch
 	// of joins into a 10,000-member group: 512 copies of the group). With
-	// 512 entries cached the leader held 4 GiB that no follower held.
+	// 512 entries cached the leader held 3.7 GB that no follower held.
 	cp := *l
 	l = &cp
 	c.byIndex[l.Index] = l
