@@ -288,7 +288,7 @@ func TestRealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T) 
 			t.Fatalf("replica %s: protocol type %q protocol %q", n.ID, grp.ProtocolType, grp.Protocol)
 		}
 		plan := map[string][]fsm.TopicPartitions{}
-		for _, m := range grp.Members {
+		for _, m := range grp.Members.All() {
 			plan[m.ID] = m.Assignment.Topics
 		}
 		plans[n.ID] = fmt.Sprint(slices.Sorted(maps.Keys(plan)), plan)

@@ -192,7 +192,7 @@ func (e *Engine) checkRoomFor(group string, g *fsm.Group) error {
 	}
 	members := 0
 	if g != nil {
-		members = len(g.Members)
+		members = g.Members.Len()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -261,7 +261,7 @@ func (e *Engine) dueCompletionsLocked(now time.Time) []joinCompletion {
 			// out or they come back.
 			g, _ := e.fsm.Group(id)
 			t.at = now.Add(time.Duration(g.RebalanceTimeoutMs()) * time.Millisecond)
-			e.log.Warn("rebalance timeout passed with no member rejoined; completion postponed", "group", id, "generation", t.generation, "members", len(g.Members))
+			e.log.Warn("rebalance timeout passed with no member rejoined; completion postponed", "group", id, "generation", t.generation, "members", g.Members.Len())
 		case now.After(t.at):
 			t.firing = true
 			out = append(out, joinCompletion{id, t.generation, false})
@@ -277,10 +277,10 @@ func (e *Engine) dueCompletionsLocked(now time.Time) []joinCompletion {
 // every one of them static and none rejoined.
 func (e *Engine) nobodyRejoinedLocked(id string) bool {
 	g, ok := e.fsm.Group(id)
-	if !ok || g.State != fsm.PreparingRebalance || len(g.Members) == 0 {
+	if !ok || g.State != fsm.PreparingRebalance || g.Members.Len() == 0 {
 		return false
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if m.Joined || m.InstanceID == "" {
 			return false
 		}
@@ -311,7 +311,7 @@ func (e *Engine) dueSyncsLocked(now time.Time) []syncExpiry {
 			continue
 		}
 		var members []string
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			if m.ID == g.LeaderID || !e.hasWaiterLocked(id, m.ID) {
 				members = append(members, m.ID)
 			}
@@ -407,6 +407,6 @@ func (e *Engine) completeJoin(ctx context.Context, group string, generation int3
 		if initialDelay {
 			why = "initial delay over"
 		}
-		e.log.Info("join phase completed", "group", group, "generation", res.Group.Generation, "members", len(res.Group.Members), "why", why)
+		e.log.Info("join phase completed", "group", group, "generation", res.Group.Generation, "members", res.Group.Members.Len(), "why", why)
 	}
 }

@@ -185,10 +185,10 @@ func Test_EntryWhoseProposerLeft_StillSetsDeadlines(t *testing.T) {
 		t.Fatalf("join: %v, want NOT_LEADER (outcome unknown)", err)
 	}
 	g, ok := f.Group("g")
-	if !ok || len(g.Members) != 1 || g.State != fsm.CompletingRebalance {
+	if !ok || g.Members.Len() != 1 || g.State != fsm.CompletingRebalance {
 		t.Fatalf("the entry was applied: group %+v", g)
 	}
-	member := g.Members[0].ID
+	member := g.Members.Slice()[0].ID
 	// Within 0.9 s: before the first retention sweep (1 s after
 	// leadership), which reconciles every group and would hide the bug.
 	proc.WaitFor(t, 900*time.Millisecond, "a session and a sync deadline after the applied join", func() (bool, string) {
@@ -228,7 +228,7 @@ func Test_PendingIDWhoseJoinLandedUnanswered_IsForgotten(t *testing.T) {
 	if _, err := e.JoinGroup(ctx, req, "127.0.0.1:1"); errcode.Of(err) != errcode.NotLeader {
 		t.Fatalf("join with the ID: %v, want NOT_LEADER (outcome unknown)", err)
 	}
-	if g, ok := f.Group("g"); !ok || len(g.Members) != 1 || g.Members[0].ID != required.MemberID {
+	if g, ok := f.Group("g"); !ok || g.Members.Len() != 1 || g.Members.Slice()[0].ID != required.MemberID {
 		t.Fatalf("the entry was applied: group %+v", g)
 	}
 	proc.WaitFor(t, 5*time.Second, "the pending ID forgotten once its join was applied", func() (bool, string) {

@@ -52,7 +52,7 @@ func (e *Engine) JoinGroup(ctx context.Context, r *cohortv1.JoinGroupRequest, cl
 	known := false
 	if exists {
 		_, known = g.Member(memberID)
-		if len(g.Members) > 0 && g.ProtocolType != r.GetProtocolType() && !(known && len(g.Members) == 1) {
+		if g.Members.Len() > 0 && g.ProtocolType != r.GetProtocolType() && !(known && g.Members.Len() == 1) {
 			return nil, errcode.Errorf(errcode.InconsistentGroupProtocol, "group %q uses protocol type %q, the request says %q", g.ID, g.ProtocolType, r.GetProtocolType())
 		}
 	}
@@ -137,7 +137,7 @@ func (e *Engine) logServerAssignment(res *fsm.ApplyResult) {
 		return
 	}
 	e.log.Info("server-side assignment", "group", res.Group.ID, "generation", res.Group.Generation, "assignor", sa.Assignor,
-		"members", len(res.Group.Members), "record_claims", sa.RecordClaims, "metadata_claims", sa.MetadataClaims)
+		"members", res.Group.Members.Len(), "record_claims", sa.RecordClaims, "metadata_claims", sa.MetadataClaims)
 }
 
 // leaderJoinAnswer is the group leader's join answer for one generation.
@@ -178,7 +178,7 @@ func leaderJoinResponse(g *fsm.Group, f *fsm.FSM) *cohortv1.JoinGroupResponse {
 		Generation: g.Generation, Protocol: g.Protocol, LeaderId: g.LeaderID, MemberId: g.LeaderID,
 	}
 	var topics []string
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		resp.Members = append(resp.Members, &cohortv1.JoinGroupMember{
 			MemberId: m.ID, InstanceId: m.InstanceID, Metadata: m.ProtocolMetadata(g.Protocol), Topics: m.Topics,
 		})

@@ -183,7 +183,7 @@ func commandGroup(cmd *fsmv1.Command) string {
 // deadline from now (a new leader).
 func (e *Engine) reconcileLocked(id string, g *fsm.Group, now time.Time, fresh bool) {
 	if g != nil {
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			k := memberKey{id, m.ID}
 			if _, ok := e.sessions.get(k); !ok || fresh {
 				e.sessions.set(k, sessionDeadline(now, m))

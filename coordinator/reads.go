@@ -291,7 +291,7 @@ func describeGroup(f *fsm.FSM, id string) *cohortv1.GroupDescription {
 		GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType, Protocol: g.Protocol,
 		Generation: g.Generation, LeaderId: g.LeaderID,
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		d.Members = append(d.Members, &cohortv1.GroupMemberDescription{
 			MemberId: m.ID, InstanceId: m.InstanceID, ClientId: m.ClientID, ClientHost: m.ClientHost,
 			Topics: m.Topics, Assignment: assignmentToAPI(m.Assignment),
@@ -325,7 +325,7 @@ func listedGroups(s *fsm.State) []*cohortv1.ListedGroup {
 	for _, g := range groups {
 		out = append(out, &cohortv1.ListedGroup{
 			GroupId: g.ID, State: g.State.String(), ProtocolType: g.ProtocolType,
-			Generation: g.Generation, Members: int32(len(g.Members)), Protocol: g.Protocol,
+			Generation: g.Generation, Members: int32(g.Members.Len()), Protocol: g.Protocol,
 		})
 	}
 	for _, g := range consumers {

@@ -27,7 +27,7 @@ func replicaPlan(c *testcluster.Cluster, i int, group string) (string, error) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s generation %d %s:", g.ProtocolType, g.Generation, g.Protocol)
-	members := slices.Clone(g.Members)
+	members := g.Members.Slice()
 	slices.SortFunc(members, func(x, y *fsm.Member) int { return strings.Compare(x.InstanceID, y.InstanceID) })
 	for _, m := range members {
 		var held []string

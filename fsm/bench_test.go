@@ -36,7 +36,7 @@ func benchGroup(b *testing.B, f *FSM, idx uint64, group string, n int, partition
 		apply(join{group: group, member: fmt.Sprintf("m%02d", i), topics: []string{"t"}, newMember: true})
 	}
 	g, _ := f.Group(group)
-	for _, m := range g.Members { // everyone rejoins: the barrier closes
+	for _, m := range g.Members.All() { // everyone rejoins: the barrier closes
 		if !m.Joined {
 			apply(join{group: group, member: m.ID, topics: []string{"t"}})
 		}
@@ -52,7 +52,7 @@ func benchGroup(b *testing.B, f *FSM, idx uint64, group string, n int, partition
 func roundRobinSync(g *Group, partitions int32) syncCmd {
 	p := plan{}
 	for i := int32(0); i < partitions; i++ {
-		m := g.Members[int(i)%len(g.Members)].ID
+		m := g.Members.Slice()[int(i)%g.Members.Len()].ID
 		if p[m] == nil {
 			p[m] = map[string][]int32{}
 		}
@@ -99,7 +99,7 @@ func BenchmarkApplySync(b *testing.B) {
 		for i := 0; i < groups && done+len(syncs) < b.N; i++ {
 			id := fmt.Sprintf("g%d", i)
 			g, _ := f.Group(id)
-			for _, m := range g.Members {
+			for _, m := range g.Members.All() {
 				idx++
 				f.ApplyEntry(idx, encode(b, at(int64(idx), join{group: id, member: m.ID, topics: []string{"t"}})))
 			}
@@ -127,7 +127,7 @@ func BenchmarkApplyCommit(b *testing.B) {
 	idx = benchGroup(b, f, idx, "g", members, partitions)
 	g, _ := f.Group("g")
 	entries := make([][]byte, members)
-	for i, m := range g.Members {
+	for i, m := range g.Members.All() {
 		var ps []int32
 		for _, tp := range m.Assignment.Topics {
 			ps = append(ps, tp.Partitions...)
@@ -160,7 +160,7 @@ func BenchmarkSnapshot10kGroups1MOffsets(b *testing.B) {
 		id := fmt.Sprintf("group-%05d", i)
 		idx = benchGroup(b, f, idx, id, members, partitions)
 		g, _ := f.Group(id)
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			idx++
 			var ps []int32
 			for _, tp := range m.Assignment.Topics {
@@ -218,7 +218,7 @@ func BenchmarkRebalanceRound1000Members(b *testing.B) {
 	g, _ := f.Group("g")
 	order := make([]string, 0, members)
 	order = append(order, g.LeaderID)
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if m.ID != g.LeaderID {
 			order = append(order, m.ID)
 		}

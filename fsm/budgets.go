@@ -177,7 +177,7 @@ func (s *State) usage() Usage {
 		u.PartitionsPerTopic = max(u.PartitionsPerTopic, int64(n))
 	}
 	for id, g := range s.groups {
-		u.MembersPerGroup = max(u.MembersPerGroup, int64(len(g.Members)))
+		u.MembersPerGroup = max(u.MembersPerGroup, int64(g.Members.Len()))
 		u.MetadataBytesPerGroup = max(u.MetadataBytesPerGroup, g.ix.size.metadata)
 		u.SubscribedPartitionsPerGroup = max(u.SubscribedPartitionsPerGroup, g.ix.size.subscribed)
 		u.OffsetsPerGroup = max(u.OffsetsPerGroup, int64(s.offsets.GroupLen(id)))
@@ -477,8 +477,8 @@ func (s *State) checkJoinGrowth(g *Group, exists bool, protocolType string, prev
 	if prev == nil {
 		grow += s.calibration(1, 0)
 	}
-	if prev == nil && b.MembersPerGroup > 0 && int64(len(g.Members)) >= b.MembersPerGroup {
-		return errcode.Errorf(errcode.GroupMaxSizeReached, "budget members-per-group: group %q has %d members, the budget is %d", g.ID, len(g.Members), b.MembersPerGroup)
+	if prev == nil && b.MembersPerGroup > 0 && int64(g.Members.Len()) >= b.MembersPerGroup {
+		return errcode.Errorf(errcode.GroupMaxSizeReached, "budget members-per-group: group %q has %d members, the budget is %d", g.ID, g.Members.Len(), b.MembersPerGroup)
 	}
 	meta := memberMetadataBytes(m)
 	if prev != nil {
@@ -518,7 +518,7 @@ func (s *State) checkPlanGrowth(g *Group, plan map[string]Assignment) *errcode.P
 		return nil
 	}
 	var grow int64
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		grow += assignmentBytes(plan[m.ID]) - assignmentBytes(m.Assignment)
 	}
 	return s.overBudget("state-bytes", s.budgets.StateBytes, s.estimate(), grow, "the state estimate")

@@ -72,8 +72,8 @@ func TestBudgets_ServerSideJoinOverHugeTopicsIsRefusedAndBounded(t *testing.T) {
 		t.Fatalf("join at the budget: %v", res.Err)
 	}
 	g := h.group("g")
-	if g.State != Stable || len(g.Members[0].Assignment.Topics) != 2 {
-		t.Fatalf("group %s with assignment %v, want Stable with both topics", g.State, g.Members[0].Assignment.Topics)
+	if g.State != Stable || len(g.Members.Slice()[0].Assignment.Topics) != 2 {
+		t.Fatalf("group %s with assignment %v, want Stable with both topics", g.State, g.Members.Slice()[0].Assignment.Topics)
 	}
 
 	// One topic more: refused, naming the budget, the value and the limit,

@@ -29,7 +29,7 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 	var member *Member
 	switch {
 	case standalone:
-		if exists && len(g.Members) > 0 {
+		if exists && g.Members.Len() > 0 {
 			return fail(errcode.Errorf(errcode.IllegalGeneration, "group %q has members (%s, generation %d); a standalone commit needs an empty group", g.ID, g.State, g.Generation)), 0
 		}
 	case c.GetMemberId() == "":
@@ -167,7 +167,7 @@ func (s *State) checkCommit(g *Group, member *Member, o *fsmv1.OffsetCommit) err
 	}
 	if s.rules >= 2 && member.PreviousAssignment.Owns(o.GetTopic(), o.GetPartition()) {
 		owner := ""
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			if m.Assignment.Owns(o.GetTopic(), o.GetPartition()) {
 				owner = m.ID
 				break
@@ -198,8 +198,8 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 			s.offsets.DeleteGroup(id)
 		case !ok:
 			r.Err = errcode.Errorf(errcode.GroupIDNotFound, "group %q does not exist", id)
-		case len(g.Members) > 0:
-			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "group %q has %d members (%s)", id, len(g.Members), g.State)
+		case g.Members.Len() > 0:
+			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "group %q has %d members (%s)", id, g.Members.Len(), g.State)
 		default:
 			s.dropGroup(id)
 			s.offsets.DeleteGroup(id)
@@ -259,7 +259,7 @@ func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
 		g := s.groups[id]
-		if len(g.Members) > 0 {
+		if g.Members.Len() > 0 {
 			continue
 		}
 		s.offsets.Expire(id, func(_ offsets.Key, v offsets.Value) bool {

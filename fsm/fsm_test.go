@@ -137,8 +137,8 @@ func TestJoin_InitialDelayHoldsBarrier(t *testing.T) {
 	}
 	h.refused(at(5999, completeJoin{"g", 0, true}), errcode.StaleCommand)
 	res := h.ok(at(6000, completeJoin{"g", 0, true}))
-	if !res.JoinCompleted || res.Group.Generation != 1 || len(res.Group.Members) != 3 || res.Group.LeaderID != "a" {
-		t.Fatalf("delay end: gen %d members %d leader %q", res.Group.Generation, len(res.Group.Members), res.Group.LeaderID)
+	if !res.JoinCompleted || res.Group.Generation != 1 || res.Group.Members.Len() != 3 || res.Group.LeaderID != "a" {
+		t.Fatalf("delay end: gen %d members %d leader %q", res.Group.Generation, res.Group.Members.Len(), res.Group.LeaderID)
 	}
 }
 
@@ -151,7 +151,7 @@ func TestCompleteJoin_TimeoutDropsDynamicKeepsStatic(t *testing.T) {
 	h.ok(at(12, join{group: "g", member: "s1", instance: "i-1", topics: []string{"t"}}))
 	res := h.ok(at(50000, completeJoin{"g", 2, false}))
 	var ids []string
-	for _, m := range res.Group.Members {
+	for _, m := range res.Group.Members.All() {
 		ids = append(ids, m.ID)
 	}
 	if res.Group.Generation != 3 || len(ids) != 2 || ids[0] != "a" || ids[1] != "s1" {

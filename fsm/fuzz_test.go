@@ -150,9 +150,9 @@ func stateDiff(a, b *FSM) string {
 // groupContent prints a group's replicated fields, members included.
 func groupContent(g *Group) string {
 	c := *g
-	c.epoch, c.ix, c.counted, c.Members = 0, groupIndex{}, 0, nil
+	c.epoch, c.ix, c.counted, c.Members = 0, groupIndex{}, 0, MemberList{}
 	out := fmt.Sprintf("%+v", c)
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		mc := *m
 		mc.epoch = 0
 		out += fmt.Sprintf("\n  %+v", mc)

@@ -298,3 +298,13 @@ func (h hb) set(c *fsmv1.Command) {
 	c.Version = cmp.Or(h.rules, CommandVersion)
 	c.Kind = &fsmv1.Command_ConsumerHeartbeat{ConsumerHeartbeat: ch}
 }
+
+// memberListOf returns a list of the given members, which must be sorted by
+// ID.
+func memberListOf(ms ...*Member) MemberList {
+	var l MemberList
+	for _, m := range ms {
+		l.appendSorted(m, 0)
+	}
+	return l
+}

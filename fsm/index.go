@@ -248,8 +248,8 @@ func (g *Group) countMember(topics map[string]int32, m *Member, sign int) {
 }
 
 // setAssignment gives member i its assignment.
-func (g *Group) setAssignment(i int, a Assignment) {
-	m := g.editMember(i)
+func (g *Group) setAssignment(p memberPos, a Assignment) {
+	m := g.editMember(p)
 	g.countAssignments(m, -1)
 	m.Assignment = a
 	g.countAssignments(m, 1)
@@ -268,7 +268,7 @@ func deriveIndex(g *Group, topics map[string]int32) groupIndex {
 	ix := groupIndex{size: groupSize{bytes: groupBytes(g.ID, g.ProtocolType)}}
 	protocols, subscribed, timeouts := map[string]int{}, map[string]int{}, map[int32]int{}
 	var instances []sortedEntry[string, string]
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		for _, p := range m.Protocols {
 			protocols[p.Name]++
 		}

@@ -16,7 +16,7 @@ import (
 
 func measureOracle(s *State, g *Group) groupSize {
 	z := groupSize{bytes: groupBytes(g.ID, g.ProtocolType)}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		z.bytes += memberBytes(m)
 		z.metadata += memberMetadataBytes(m)
 	}
@@ -35,7 +35,7 @@ func subscribedOracle(s *State, g *Group, skip, extra *Member) int64 {
 			}
 		}
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if m != skip {
 			add(m)
 		}
@@ -50,7 +50,7 @@ func commonProtocolsOracle(g *Group, m, replaced *Member) []string {
 	var out []string
 	for _, p := range m.Protocols {
 		ok := true
-		for _, o := range g.Members {
+		for _, o := range g.Members.All() {
 			if o.ID == m.ID || (replaced != nil && o.ID == replaced.ID) {
 				continue
 			}
@@ -70,7 +70,7 @@ func memberByInstanceOracle(g *Group, instanceID string) (*Member, bool) {
 	if instanceID == "" {
 		return nil, false
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if m.InstanceID == instanceID {
 			return m, true
 		}
@@ -80,14 +80,14 @@ func memberByInstanceOracle(g *Group, instanceID string) (*Member, bool) {
 
 func rebalanceTimeoutOracle(g *Group) int64 {
 	var t int32
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		t = max(t, m.RebalanceTimeoutMs)
 	}
 	return int64(t)
 }
 
 func allJoinedOracle(g *Group) bool {
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if !m.Joined {
 			return false
 		}
@@ -147,7 +147,7 @@ func checkGroupDerived(s *State, g *Group) string {
 		return fmt.Sprintf("RebalanceTimeoutMs %d, the members' largest %d", g.RebalanceTimeoutMs(), rebalanceTimeoutOracle(g))
 	}
 	instances := []string{""}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		instances = append(instances, m.InstanceID, m.InstanceID+"-other")
 	}
 	for _, inst := range instances {
@@ -162,7 +162,7 @@ func checkGroupDerived(s *State, g *Group) string {
 	// members name, each replacing nobody or any member.
 	outsider := &Member{ID: "outsider"}
 	seenProto, seenTopic := map[string]bool{}, map[string]bool{}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		for _, p := range m.Protocols {
 			if !seenProto[p.Name] {
 				seenProto[p.Name] = true
@@ -180,8 +180,8 @@ func checkGroupDerived(s *State, g *Group) string {
 	outsider.Topics = append(outsider.Topics, "t1", "t2", "t3", "t4")
 	slices.Sort(outsider.Topics)
 	outsider.Topics = slices.Compact(outsider.Topics)
-	joiners := append(slices.Clone(g.Members), outsider)
-	replaced := append([]*Member{nil}, g.Members...)
+	joiners := append(g.Members.Slice(), outsider)
+	replaced := append([]*Member{nil}, g.Members.Slice()...)
 	for _, m := range joiners {
 		for _, r := range replaced {
 			if got, want := commonProtocols(g, m, r), commonProtocolsOracle(g, m, r); !slices.Equal(got, want) {
@@ -227,8 +227,8 @@ func genDerivedJoin(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 		j.protocols = rapid.SampledFrom(propServerProtocols[:4]).Draw(rt, "serverProtocols")
 		j.metadata = ""
 	}
-	if g != nil && len(g.Members) > 0 && rapid.Bool().Draw(rt, "known") {
-		m := rapid.SampledFrom(g.Members).Draw(rt, "knownMember")
+	if g != nil && g.Members.Len() > 0 && rapid.Bool().Draw(rt, "known") {
+		m := rapid.SampledFrom(g.Members.Slice()).Draw(rt, "knownMember")
 		j.member, j.instance, j.newMember = m.ID, m.InstanceID, false
 		if rapid.Bool().Draw(rt, "unchanged") {
 			j.topics, j.protocols, j.rebalanceMs, j.protocolType = m.Topics, nil, m.RebalanceTimeoutMs, g.ProtocolType
@@ -249,8 +249,8 @@ func genDerivedLeave(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 	g, _ := f.Group(group)
 	for range rapid.IntRange(1, 3).Draw(rt, "leavers") {
 		ref := &fsmv1.MemberRef{MemberId: rapid.SampledFrom(derivedMembers).Draw(rt, "leaver")}
-		if g != nil && len(g.Members) > 0 && rapid.IntRange(0, 3).Draw(rt, "real") > 0 {
-			m := rapid.SampledFrom(g.Members).Draw(rt, "realLeaver")
+		if g != nil && g.Members.Len() > 0 && rapid.IntRange(0, 3).Draw(rt, "real") > 0 {
+			m := rapid.SampledFrom(g.Members.Slice()).Draw(rt, "realLeaver")
 			ref.MemberId = m.ID
 			if m.InstanceID != "" && rapid.Bool().Draw(rt, "byInstance") {
 				ref.MemberId, ref.InstanceId = "", m.InstanceID

@@ -246,7 +246,7 @@ func commonProtocols(g *Group, m, replaced *Member) []string {
 // otherMembers counts g's members other than m and replaced (by ID), and
 // returns those two as g holds them, when it does.
 func otherMembers(g *Group, m, replaced *Member) (others int, skip []*Member) {
-	others = len(g.Members)
+	others = g.Members.Len()
 	if self, ok := g.Member(m.ID); ok {
 		others--
 		skip = append(skip, self)
@@ -349,9 +349,9 @@ func (s *State) prepareRebalance(now int64, g *Group) {
 	g.RebalanceStartedMs = now
 	g.InitialDelayUntilMs = 0
 	g.NextJoinSeq = 0
-	for i, m := range g.Members {
+	for p, m := range g.Members.positions() {
 		if m.Joined || m.JoinSeq != 0 {
-			m = g.editMember(i)
+			m = g.editMember(p)
 			m.Joined, m.JoinSeq = false, 0
 		}
 	}
@@ -396,21 +396,16 @@ func (s *State) completeJoinCmd(now int64, c *fsmv1.CompleteJoin) *ApplyResult {
 // and goes straight to Stable (serverassign.go); its report is returned.
 func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
 	prev := previousAssignments(g)
-	kept := g.Members[:0:0]
-	for _, m := range g.Members {
-		if m.Joined || m.InstanceID != "" {
-			kept = append(kept, m)
-		} else {
-			g.countMember(s.topics, m, -1)
-			s.members--
-		}
+	dropped := g.Members.removeFunc(func(m *Member) bool { return !m.Joined && m.InstanceID == "" }, g.epoch)
+	for _, m := range dropped {
+		g.countMember(s.topics, m, -1)
+		s.members--
 	}
-	g.Members = kept
 	g.Generation++
 	g.InitialDelayUntilMs = 0
 	g.StateChangedMs = now
-	for i := range g.Members {
-		m := g.editMember(i)
+	for p := range g.Members.positions() {
+		m := g.editMember(p)
 		g.countAssignments(m, -1)
 		if s.rules >= 2 {
 			m.PreviousAssignment = m.Assignment
@@ -418,7 +413,7 @@ func (s *State) completeJoin(now int64, g *Group) *ServerAssignment {
 		m.Assignment = Assignment{}
 		g.countAssignments(m, 1)
 	}
-	if len(g.Members) == 0 {
+	if g.Members.Len() == 0 {
 		g.State, g.LeaderID, g.Protocol = Empty, "", ""
 		return nil
 	}
@@ -539,7 +534,7 @@ func checkRemove(g *Group, exists bool, ref *fsmv1.MemberRef) error {
 
 // afterRemoval moves the group on once members are gone.
 func (s *State) afterRemoval(now int64, g *Group, res *ApplyResult) {
-	if len(g.Members) == 0 {
+	if g.Members.Len() == 0 {
 		g.Generation++
 		g.State, g.LeaderID, g.Protocol = Empty, "", ""
 		g.InitialDelayUntilMs = 0

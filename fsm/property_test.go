@@ -36,10 +36,10 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 	group := rapid.SampledFrom(propGroups).Draw(rt, "group")
 	g, exists := s.groups[group]
 	pick := func(label string) *Member {
-		if !exists || len(g.Members) == 0 {
+		if !exists || g.Members.Len() == 0 {
 			return nil
 		}
-		return rapid.SampledFrom(g.Members).Draw(rt, label)
+		return rapid.SampledFrom(g.Members.Slice()).Draw(rt, label)
 	}
 	generation := func() int32 {
 		if exists && rapid.IntRange(0, 9).Draw(rt, "currentGen") > 1 {
@@ -108,7 +108,7 @@ func genCommand(rt *rapid.T, f *FSM, now int64) *fsmv1.Command {
 				}
 				for p := int32(0); p < n; p++ {
 					var subs []*Member
-					for _, m := range g.Members {
+					for _, m := range g.Members.All() {
 						if !valid || m.Subscribes(t) {
 							subs = append(subs, m)
 						}
@@ -235,22 +235,22 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 	}
 	members := 0
 	for id, g := range post.groups {
-		members += len(g.Members)
+		members += g.Members.Len()
 		if old, ok := pre.groups[id]; ok && g.Generation < old.Generation {
 			rt.Fatalf("group %s generation went back from %d to %d after %v", id, old.Generation, g.Generation, cmd)
 		}
-		for i := 1; i < len(g.Members); i++ {
-			if g.Members[i-1].ID >= g.Members[i].ID {
+		for i := 1; i < g.Members.Len(); i++ {
+			if g.Members.Slice()[i-1].ID >= g.Members.Slice()[i].ID {
 				rt.Fatalf("group %s members not sorted", id)
 			}
 		}
-		if (g.State == Stable || g.State == CompletingRebalance) && len(g.Members) > 0 {
+		if (g.State == Stable || g.State == CompletingRebalance) && g.Members.Len() > 0 {
 			if _, ok := g.Member(g.LeaderID); !ok {
 				rt.Fatalf("group %s in %s has leader %q who is not a member", id, g.State, g.LeaderID)
 			}
 		}
-		if g.State == Empty && len(g.Members) > 0 {
-			rt.Fatalf("group %s is Empty with %d members", id, len(g.Members))
+		if g.State == Empty && g.Members.Len() > 0 {
+			rt.Fatalf("group %s is Empty with %d members", id, g.Members.Len())
 		}
 		if g.ProtocolType == ServerProtocolType && g.State == CompletingRebalance {
 			rt.Fatalf("server-side group %s waits for a leader's plan", id)
@@ -258,11 +258,11 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 		if g.ProtocolType == ServerProtocolType && g.State == Stable && res.JoinCompleted && res.Group != nil && res.Group.ID == id {
 			// The FSM's own plan leaves no partition of a subscribed topic out.
 			for _, t := range slices.Sorted(maps.Keys(post.topics)) {
-				if !slices.ContainsFunc(g.Members, func(m *Member) bool { return m.Subscribes(t) }) {
+				if !slices.ContainsFunc(g.Members.Slice(), func(m *Member) bool { return m.Subscribes(t) }) {
 					continue
 				}
 				for p := int32(0); p < post.topics[t]; p++ {
-					if !slices.ContainsFunc(g.Members, func(m *Member) bool { return m.Assignment.Owns(t, p) }) {
+					if !slices.ContainsFunc(g.Members.Slice(), func(m *Member) bool { return m.Assignment.Owns(t, p) }) {
 						rt.Fatalf("server-side group %s: %s/%d unassigned after %v (%+v)", id, t, p, cmd, res.ServerAssignment)
 					}
 				}
@@ -272,7 +272,7 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 			continue
 		}
 		owner := map[string]string{}
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			for _, tp := range m.Assignment.Topics {
 				n, ok := post.topics[tp.Topic]
 				if !ok {
@@ -308,7 +308,7 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 				continue
 			}
 			if c.GetMemberId() == "" {
-				if existed && len(g.Members) > 0 {
+				if existed && g.Members.Len() > 0 {
 					rt.Fatalf("standalone commit accepted for group %s with members", c.GetGroupId())
 				}
 				continue
@@ -316,7 +316,7 @@ func checkInvariants(rt *rapid.T, pre, post *State, cmd *fsmv1.Command, res *App
 			m, ok := g.Member(c.GetMemberId())
 			owns := ok && m.Assignment.Owns(o.GetTopic(), o.GetPartition())
 			gaveUp := ok && cmd.GetVersion() >= 2 && m.PreviousAssignment.Owns(o.GetTopic(), o.GetPartition()) &&
-				!slices.ContainsFunc(g.Members, func(other *Member) bool { return other.Assignment.Owns(o.GetTopic(), o.GetPartition()) })
+				!slices.ContainsFunc(g.Members.Slice(), func(other *Member) bool { return other.Assignment.Owns(o.GetTopic(), o.GetPartition()) })
 			if !existed || !ok || c.GetGeneration() != g.Generation || g.State == CompletingRebalance || !(owns || gaveUp) {
 				rt.Fatalf("commit of %s/%d by %s at generation %d accepted, but it was not the owner in the current generation", o.GetTopic(), o.GetPartition(), c.GetMemberId(), c.GetGeneration())
 			}

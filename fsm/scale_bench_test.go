@@ -50,8 +50,8 @@ func BenchmarkJoinCostBySize(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				if c := g.clone(uint64(i) + 1<<62); len(c.Members) != n {
-					b.Fatal(len(c.Members))
+				if c := g.clone(uint64(i) + 1<<62); c.Members.Len() != n {
+					b.Fatal(c.Members.Len())
 				}
 			}
 		})
@@ -134,7 +134,7 @@ func scaleStates(b *testing.B, n int) scaleState {
 		apply(join{group: "g", member: scaleMember(i), instance: scaleInstance(i), topics: []string{"t"}, newMember: true})
 	}
 	g, _ := f.Group("g")
-	for _, m := range g.Members { // everyone rejoins: the barrier closes
+	for _, m := range g.Members.All() { // everyone rejoins: the barrier closes
 		if !m.Joined {
 			apply(join{group: "g", member: m.ID, instance: m.InstanceID, topics: []string{"t"}})
 		}
@@ -151,8 +151,8 @@ func scaleStates(b *testing.B, n int) scaleState {
 	}
 	leader, _ := g.Member(g.LeaderID)
 	apply(join{group: "g", member: leader.ID, instance: leader.InstanceID, topics: []string{"t"}})
-	if g, _ = f.Group("g"); g.State != PreparingRebalance || len(g.Members) != n {
-		b.Fatalf("setup of %d members: %s with %d members", n, g.State, len(g.Members))
+	if g, _ = f.Group("g"); g.State != PreparingRebalance || g.Members.Len() != n {
+		b.Fatalf("setup of %d members: %s with %d members", n, g.State, g.Members.Len())
 	}
 	if m, _ := g.Member(scaleMember(n / 2)); m.Joined {
 		b.Fatalf("setup of %d members: %s is the leader", n, m.ID)

@@ -101,8 +101,8 @@ func previousAssignments(g *Group) map[string]Assignment {
 	if g.ProtocolType != ServerProtocolType {
 		return nil
 	}
-	out := make(map[string]Assignment, len(g.Members))
-	for _, m := range g.Members {
+	out := make(map[string]Assignment, g.Members.Len())
+	for _, m := range g.Members.All() {
 		if len(m.Assignment.Topics) > 0 {
 			out[m.ID] = m.Assignment
 		}
@@ -122,7 +122,7 @@ func (s *State) assignServerSide(now int64, g *Group, prev map[string]Assignment
 	rep := &ServerAssignment{Assignor: g.Protocol}
 	members := s.serverClaims(g, prev, rep)
 	topics := map[string]int32{}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		for _, t := range m.Topics {
 			if n, ok := s.topics[t]; ok {
 				topics[t] = n
@@ -139,8 +139,8 @@ func (s *State) assignServerSide(now int64, g *Group, prev map[string]Assignment
 			plan = nil
 		}
 	}
-	for i, m := range g.Members {
-		g.setAssignment(i, plan[m.ID])
+	for p, m := range g.Members.positions() {
+		g.setAssignment(p, plan[m.ID])
 	}
 	g.State = Stable
 	g.StateChangedMs = now
@@ -151,7 +151,7 @@ func (s *State) assignServerSide(now int64, g *Group, prev map[string]Assignment
 // subscription and its previous ownership (see the file comment).
 func (s *State) serverClaims(g *Group, prev map[string]Assignment, rep *ServerAssignment) []assign.Member {
 	held := map[partitionKey]bool{}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		for _, tp := range prev[m.ID].Topics {
 			for _, p := range tp.Partitions {
 				held[partitionKey{tp.Topic, p}] = true
@@ -166,8 +166,8 @@ func (s *State) serverClaims(g *Group, prev map[string]Assignment, rep *ServerAs
 		tied   bool
 	}
 	claims := map[partitionKey]*claim{}
-	subs := make([]assign.Subscription, len(g.Members))
-	for i, m := range g.Members {
+	subs := make([]assign.Subscription, g.Members.Len())
+	for i, m := range g.Members.All() {
 		md := m.ProtocolMetadata(g.Protocol)
 		if len(md) == 0 {
 			continue
@@ -195,8 +195,8 @@ func (s *State) serverClaims(g *Group, prev map[string]Assignment, rep *ServerAs
 			}
 		}
 	}
-	out := make([]assign.Member, len(g.Members))
-	for i, m := range g.Members {
+	out := make([]assign.Member, g.Members.Len())
+	for i, m := range g.Members.All() {
 		am := assign.Member{ID: m.ID, InstanceID: m.InstanceID, Topics: m.Topics, Generation: assign.NoGeneration}
 		owned := slices.Clone(prev[m.ID].Topics)
 		rep.RecordClaims += prev[m.ID].Len()

@@ -17,7 +17,7 @@ func serverJoin(group, member string, protocols []string, metadata string, newMe
 // ownedBy returns member → partitions of topic t, for comparisons.
 func ownedBy(g *Group) map[string][]int32 {
 	out := map[string][]int32{}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		for _, tp := range m.Assignment.Topics {
 			out[m.ID] = append(out[m.ID], tp.Partitions...)
 		}
@@ -35,13 +35,13 @@ func stableServerGroup(t *testing.T, members ...string) *harness {
 		h.ok(at(2, serverJoin("g", id, []string{"sticky"}, "", true)))
 	}
 	g := h.group("g")
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if !m.Joined {
 			h.ok(at(3, serverJoin("g", m.ID, []string{"sticky"}, "", false)))
 		}
 	}
-	if g := h.group("g"); g.State != Stable || len(g.Members) != len(members) {
-		t.Fatalf("setup: group %s with %d members", g.State, len(g.Members))
+	if g := h.group("g"); g.State != Stable || g.Members.Len() != len(members) {
+		t.Fatalf("setup: group %s with %d members", g.State, g.Members.Len())
 	}
 	return h
 }
@@ -211,7 +211,7 @@ func TestServerSide_AssignorFailureFallsBackToRange(t *testing.T) {
 	s := NewState()
 	s.topics["t"] = 4
 	g := &Group{ID: "g", ProtocolType: ServerProtocolType, Protocol: "no-such-assignor", Generation: 1, State: CompletingRebalance, epoch: s.epoch,
-		Members: []*Member{{ID: "a", Topics: []string{"t"}, Joined: true}, {ID: "b", Topics: []string{"t"}, Joined: true}}}
+		Members: memberListOf(&Member{ID: "a", Topics: []string{"t"}, Joined: true}, &Member{ID: "b", Topics: []string{"t"}, Joined: true})}
 	rep := s.assignServerSide(5, g, map[string]Assignment{})
 	if rep.Assignor != "range" || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "falling back") {
 		t.Fatalf("report %+v", rep)
@@ -319,11 +319,11 @@ func TestServerSide_SoleMemberSwitchingTypeRebalances(t *testing.T) {
 		t.Fatalf("client-side: %s", res.Group.State)
 	}
 	res = h.ok(at(3, serverJoin("g", "a", []string{"range"}, "", false)))
-	if g := res.Group; g.State != Stable || g.Generation != 2 || g.Members[0].Assignment.Len() != 4 {
+	if g := res.Group; g.State != Stable || g.Generation != 2 || g.Members.Slice()[0].Assignment.Len() != 4 {
 		t.Fatalf("after switching to server: %s generation %d %v", g.State, g.Generation, ownedBy(g))
 	}
 	res = h.ok(at(4, join{group: "g", member: "a", topics: []string{"t"}, protocols: []string{"range"}}))
-	if g := res.Group; g.State != CompletingRebalance || g.Generation != 3 || g.Members[0].Assignment.Len() != 0 {
+	if g := res.Group; g.State != CompletingRebalance || g.Generation != 3 || g.Members.Slice()[0].Assignment.Len() != 0 {
 		t.Fatalf("after switching back: %s generation %d", g.State, g.Generation)
 	}
 }

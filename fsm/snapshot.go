@@ -164,7 +164,7 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 		}
 		g.epoch = s.epoch
 		s.groups[g.ID] = g
-		s.members += len(g.Members)
+		s.members += g.Members.Len()
 		counts.Groups++
 	case *fsmv1.SnapshotRecord_ConsumerGroup:
 		g, err := consumerGroupFromProto(k.ConsumerGroup)
@@ -240,7 +240,7 @@ func groupToProto(g *Group) *fsmv1.Group {
 		RebalanceStartedMs: g.RebalanceStartedMs, InitialDelayUntilMs: g.InitialDelayUntilMs,
 		StateChangedMs: g.StateChangedMs, NextJoinSeq: g.NextJoinSeq,
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		pm := &fsmv1.Member{
 			Spec: &fsmv1.MemberSpec{
 				MemberId: m.ID, InstanceId: m.InstanceID, ClientId: m.ClientID, ClientHost: m.ClientHost,
@@ -299,16 +299,16 @@ func groupFromProto(pg *fsmv1.Group) (*Group, error) {
 		m.Joined, m.JoinSeq, m.JoinedAtMs = pm.GetJoined(), pm.GetJoinSeq(), pm.GetJoinedAtMs()
 		m.Assignment = assignmentFromProto(pm.GetAssignment())
 		m.PreviousAssignment = assignmentFromProto(pm.GetPreviousAssignment())
-		if len(g.Members) > 0 && g.Members[len(g.Members)-1].ID >= m.ID {
+		if last, ok := g.Members.last(); ok && last.ID >= m.ID {
 			return nil, fmt.Errorf("group %q: members not sorted at %q", g.ID, m.ID)
 		}
-		g.Members = append(g.Members, m)
+		g.Members.appendSorted(m, 0)
 	}
 	// The FSM gives an instance ID to one member at a time (a second is
 	// fenced, or replaces the first); the index of static members
 	// (MemberByInstance) holds one member per instance.
 	static := map[string]string{}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if m.InstanceID == "" {
 			continue
 		}

@@ -139,7 +139,7 @@ type Group struct {
 	LeaderID   string
 	State      GroupState
 	// Members sorted by member ID.
-	Members []*Member
+	Members MemberList
 	// RebalanceStartedMs is the leader timestamp at which the current
 	// rebalance began (PreparingRebalance).
 	RebalanceStartedMs int64
@@ -161,11 +161,7 @@ type Group struct {
 
 // Member returns the member with the given ID.
 func (g *Group) Member(id string) (*Member, bool) {
-	i, ok := g.memberIndex(id)
-	if !ok {
-		return nil, false
-	}
-	return g.Members[i], true
+	return g.Members.Get(id)
 }
 
 // MemberByInstance returns the member with the given static instance ID.
@@ -180,12 +176,6 @@ func (g *Group) MemberByInstance(instanceID string) (*Member, bool) {
 	return g.Member(id)
 }
 
-func (g *Group) memberIndex(id string) (int, bool) {
-	return slices.BinarySearchFunc(g.Members, id, func(m *Member, id string) int {
-		return strings.Compare(m.ID, id)
-	})
-}
-
 // RebalanceTimeoutMs is the largest rebalance timeout of the members: how long
 // the join barrier waits.
 func (g *Group) RebalanceTimeoutMs() int64 {
@@ -195,13 +185,13 @@ func (g *Group) RebalanceTimeoutMs() int64 {
 
 // AllJoined reports whether every member has joined the current round.
 func (g *Group) AllJoined() bool {
-	return g.ix.joined == len(g.Members)
+	return g.ix.joined == g.Members.Len()
 }
 
 // JoinOrder returns the members in the order they joined the current round;
 // members that did not join come last, by member ID.
 func (g *Group) JoinOrder() []*Member {
-	out := slices.Clone(g.Members)
+	out := g.Members.Slice()
 	slices.SortStableFunc(out, func(a, b *Member) int {
 		switch {
 		case a.Joined && !b.Joined:
@@ -218,71 +208,51 @@ func (g *Group) JoinOrder() []*Member {
 
 // clone copies the group for changing. Members are shared: the copy
 // replaces a member with its own copy only when it changes one (editMember),
-// so a join into a 1,000-member group copies one member, not 1,000. The
-// slice of members is copied (a pointer per member), with room for the
-// member a join adds.
+// so a join into a 1,000-member group copies one member, not 1,000, and
+// the list of members shares its chunks (MemberList).
 func (g *Group) clone(epoch uint64) *Group {
 	c := *g
 	c.epoch = epoch
-	c.Members = append(make([]*Member, 0, len(g.Members)+1), g.Members...)
+	c.Members = g.Members.clone()
 	return &c
 }
 
-// editMember returns member i ready to be changed in place.
-func (g *Group) editMember(i int) *Member {
-	if m := g.Members[i]; m.epoch != g.epoch {
-		mc := *m
-		mc.epoch = g.epoch
-		g.Members[i] = &mc
-	}
-	return g.Members[i]
+// editMember returns the member at p ready to be changed in place.
+func (g *Group) editMember(p memberPos) *Member {
+	return g.Members.edit(p, g.epoch)
 }
 
 // editMemberByID returns the member with the given ID ready to be changed.
 func (g *Group) editMemberByID(id string) (*Member, bool) {
-	i, ok := g.memberIndex(id)
+	p, ok := g.Members.find(id)
 	if !ok {
 		return nil, false
 	}
-	return g.editMember(i), true
+	return g.editMember(p), true
 }
 
 // insertMember adds m, a new member (topics: the state's partition count
 // per topic).
 func (g *Group) insertMember(topics map[string]int32, m *Member) {
-	i, _ := g.memberIndex(m.ID)
-	g.Members = slices.Insert(g.Members, i, m)
+	g.Members.insert(m, g.epoch)
 	g.countMember(topics, m, 1)
 }
 
 // removeMembers removes the members with the given IDs; IDs of no member
 // are ignored.
 func (g *Group) removeMembers(topics map[string]int32, ids ...string) {
-	at := make([]int, 0, len(ids))
+	at := make([]memberPos, 0, len(ids))
 	for _, id := range ids {
-		if i, ok := g.memberIndex(id); ok {
-			at = append(at, i)
+		if p, ok := g.Members.find(id); ok && !slices.Contains(at, p) {
+			at = append(at, p)
 		}
 	}
 	if len(at) == 0 {
 		return
 	}
-	slices.Sort(at)
-	at = slices.Compact(at)
-	for _, i := range at {
-		g.countMember(topics, g.Members[i], -1)
+	for _, m := range g.Members.remove(at, g.epoch) {
+		g.countMember(topics, m, -1)
 	}
-	// Close the gaps in one pass from the first one.
-	w := at[0]
-	for k, i := range at {
-		end := len(g.Members)
-		if k+1 < len(at) {
-			end = at[k+1]
-		}
-		w += copy(g.Members[w:], g.Members[i+1:end])
-	}
-	clear(g.Members[w:])
-	g.Members = g.Members[:w]
 }
 
 // Node is one entry of the node registry: a Raft server and the gRPC address

@@ -39,8 +39,8 @@ func (s *State) syncAssignment(now int64, c *fsmv1.SyncAssignment) *ApplyResult 
 		return fail(perr)
 	}
 	g, _ = s.mutableGroup(g.ID)
-	for i, m := range g.Members {
-		g.setAssignment(i, plan[m.ID])
+	for p, m := range g.Members.positions() {
+		g.setAssignment(p, plan[m.ID])
 	}
 	g.State = Stable
 	g.StateChangedMs = now

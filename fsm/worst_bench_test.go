@@ -111,7 +111,7 @@ func fullGroupJoining(a *applier, protocolType string) *Group {
 	}
 	g, _ := a.f.Group("g")
 	var waiting []string
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if !m.Joined {
 			waiting = append(waiting, m.ID)
 		}
@@ -124,7 +124,7 @@ func fullGroupJoining(a *applier, protocolType string) *Group {
 }
 
 func lastToRejoin(g *Group) string {
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if !m.Joined {
 			return m.ID
 		}
@@ -160,7 +160,7 @@ func BenchmarkWorstApply_SyncFullPlan(b *testing.B) {
 		p := plan{}
 		per := int32(worstBudgets.PartitionsPerTopic)
 		for i := range 2 * per {
-			m := g.Members[int(i)%len(g.Members)].ID
+			m := g.Members.Slice()[int(i)%g.Members.Len()].ID
 			if p[m] == nil {
 				p[m] = map[string][]int32{}
 			}
@@ -210,7 +210,7 @@ func BenchmarkWorstApply_RemoveFullGroup(b *testing.B) {
 	var ids []string
 	worstApply(b, func(a *applier) {
 		g := fullGroupJoining(a, "consumer")
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			ids = append(ids, m.ID)
 		}
 	}, func(*FSM) isKind { return remove{group: "g", members: ids} }, succeeded)

@@ -281,7 +281,7 @@ func TestWire_KafkaAndGRPCGroupsDoNotMix(t *testing.T) {
 	if code := joinKafka(r, "grpc-first"); code != kerr.InconsistentGroupProtocol.Code {
 		t.Fatalf("a Kafka member joining a gRPC group: error %d, want INCONSISTENT_GROUP_PROTOCOL", code)
 	}
-	if g, _ := c.Nodes[leader].FSM.Group("grpc-first"); g == nil || len(g.Members) != 1 || g.Members[0].ID != first.GetMemberId() {
+	if g, _ := c.Nodes[leader].FSM.Group("grpc-first"); g == nil || g.Members.Len() != 1 || g.Members.Slice()[0].ID != first.GetMemberId() {
 		t.Fatalf("the gRPC group's members changed: %+v", g)
 	}
 

@@ -68,7 +68,7 @@ func viewGroup(t *testing.T, f *fsm.FSM, id string) groupView {
 		t.Fatalf("group %q missing", id)
 	}
 	v := groupView{Generation: g.Generation, Leader: g.LeaderID, State: g.State, Members: map[string]fsm.Assignment{}}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		v.Members[m.ID] = m.Assignment
 	}
 	f.Read(func(s *fsm.State) { v.Offsets = s.Offsets(id) })

@@ -638,12 +638,12 @@ func joinEntry(group string, spec *fsmv1.MemberSpec, newMember bool) *fsmv1.Comm
 // syncEntry is the leader's plan for g: partitions 0..partitions-1 of
 // topic dealt round-robin over the members.
 func syncEntry(g *fsm.Group, topic string, partitions int) *fsmv1.Command {
-	plan := make([]*fsmv1.MemberAssignment, len(g.Members))
-	owned := make([][]int32, len(g.Members))
+	plan := make([]*fsmv1.MemberAssignment, g.Members.Len())
+	owned := make([][]int32, g.Members.Len())
 	for p := range partitions {
-		owned[p%len(g.Members)] = append(owned[p%len(g.Members)], int32(p))
+		owned[p%g.Members.Len()] = append(owned[p%g.Members.Len()], int32(p))
 	}
-	for i, m := range g.Members {
+	for i, m := range g.Members.All() {
 		a := &fsmv1.Assignment{}
 		if len(owned[i]) > 0 {
 			a.Topics = []*fsmv1.TopicPartitions{{Topic: topic, Partitions: owned[i]}}
@@ -681,7 +681,7 @@ func buildMembers(ctx context.Context, r *replica, n, groupSize, partitions int)
 			}
 		}
 		g, _ := r.f.Group(id)
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			if !m.Joined {
 				if err := r.entry(joinEntry(id, specs[m.ID], false)); err != nil {
 					return err
@@ -694,8 +694,8 @@ func buildMembers(ctx context.Context, r *replica, n, groupSize, partitions int)
 		if err := r.entry(syncEntry(g, topic, partitions)); err != nil {
 			return err
 		}
-		if g, _ = r.f.Group(id); g.State != fsm.Stable || len(g.Members) != len(specs) {
-			return fmt.Errorf("group %s is %s with %d members after the leader's plan, want Stable with %d", id, g.State, len(g.Members), len(specs))
+		if g, _ = r.f.Group(id); g.State != fsm.Stable || g.Members.Len() != len(specs) {
+			return fmt.Errorf("group %s is %s with %d members after the leader's plan, want Stable with %d", id, g.State, g.Members.Len(), len(specs))
 		}
 	}
 	if got := r.f.Stats().Members; got != n {

@@ -282,7 +282,7 @@ func (sf *snapFile) decode() (snapContents, error) {
 	}
 	for _, g := range st.Groups() {
 		c.Groups++
-		c.Members += len(g.Members)
+		c.Members += g.Members.Len()
 		c.Offsets += len(st.Offsets(g.ID))
 	}
 	return c, nil
