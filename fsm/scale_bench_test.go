@@ -44,8 +44,9 @@ func BenchmarkJoinCostBySize(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("group-copy/members=%d", n), func(b *testing.B) {
 			// What every entry above pays to copy the frozen group before
-			// changing it (Group.clone: the member slice, a pointer per
-			// member): the part that still grows with the group.
+			// changing it (Group.clone: the member list's slice of chunks,
+			// a pointer per up to 128 members; the chunk an entry changes
+			// is copied when it is first changed).
 			g := scaleStates(b, n).preparing.groups["g"]
 			b.ReportAllocs()
 			b.ResetTimer()
