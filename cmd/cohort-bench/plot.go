@@ -161,9 +161,29 @@ func leadingNumber(cell string) (float64, error) {
 	return strconv.ParseFloat(cell[:end], 64)
 }
 
+// checkLogAxes refuses a point a logarithmic axis cannot place (zero or
+// below), naming the curve and the point, instead of leaving it to the
+// plotting library (which panics).
+func checkLogAxes(o plotOptions, names []string, curves map[string]plotter.XYs) error {
+	for _, n := range names {
+		for _, pt := range curves[n] {
+			if o.logX && pt.X <= 0 {
+				return fmt.Errorf("curve %q has %s = %g: --log-x needs every value above zero", n, o.x, pt.X)
+			}
+			if o.logY && pt.Y <= 0 {
+				return fmt.Errorf("curve %q has a point at %s = %g with y = %g: --log-y needs every value above zero", n, o.x, pt.X, pt.Y)
+			}
+		}
+	}
+	return nil
+}
+
 func drawPlot(o plotOptions) error {
 	names, curves, err := curvePoints(o)
 	if err != nil {
+		return err
+	}
+	if err := checkLogAxes(o, names, curves); err != nil {
 		return err
 	}
 	p := plot.New()

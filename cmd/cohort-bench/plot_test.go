@@ -104,3 +104,22 @@ func writeReport(t *testing.T, r *report.Report) (dir, file string) {
 	}
 	return dir, file
 }
+
+// A value a logarithmic axis cannot place is refused with an error naming
+// the flag and the curve, not a panic; on a linear axis it is drawn.
+func TestPlot_LogAxisRefusesZero(t *testing.T) {
+	r := &report.Report{Command: "go test -bench"}
+	tb := report.NewTable(r, "members", "entry", "µs")
+	tb.Row("10", "copy", "0.0")
+	tb.Row("100", "copy", "0.3")
+	dir, in := writeReport(t, r)
+	o := plotOptions{inputs: []string{in}, x: "members", y: []string{"µs"}, series: "entry", out: filepath.Join(dir, "p.png"), logY: true}
+	err := drawPlot(o)
+	if err == nil || !strings.Contains(err.Error(), "--log-y") || !strings.Contains(err.Error(), "entry copy") {
+		t.Fatalf("--log-y with a zero: %v, want an error naming --log-y and the curve", err)
+	}
+	o.logY = false
+	if err := drawPlot(o); err != nil {
+		t.Fatalf("linear axis with a zero: %v", err)
+	}
+}
