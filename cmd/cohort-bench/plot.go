@@ -168,10 +168,10 @@ func checkLogAxes(o plotOptions, names []string, curves map[string]plotter.XYs) 
 	for _, n := range names {
 		for _, pt := range curves[n] {
 			if o.logX && pt.X <= 0 {
-				return fmt.Errorf("curve %q has %s = %g: --log-x needs every value above zero", n, o.x, pt.X)
+				return fmt.Errorf("curve %q has %s = %g: --log-x needs every value above zero (drop --log-x, or leave the row out with --where)", n, o.x, pt.X)
 			}
 			if o.logY && pt.Y <= 0 {
-				return fmt.Errorf("curve %q has a point at %s = %g with y = %g: --log-y needs every value above zero", n, o.x, pt.X, pt.Y)
+				return fmt.Errorf("curve %q has a point at %s = %g with y = %g: --log-y needs every value above zero (drop --log-y, or leave the row out with --where)", n, o.x, pt.X, pt.Y)
 			}
 		}
 	}
