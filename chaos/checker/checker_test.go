@@ -342,3 +342,44 @@ func TestCutJoins_FlagsARetryRefusedUnknownMember(t *testing.T) {
 		t.Fatalf("a retry 10 s after the cut: valid=%v checked=%d, want valid and nothing checked", r.Valid, r.Checked)
 	}
 }
+
+// Many unanswered writes on one key, as a run full of leader changes leaves
+// them: each stays open to the end of the history, and without leaving out
+// the ones no read saw porcupine would face 2^40 candidate sets and give up.
+func TestLinearizable_DecidesManyUnknownWritesNoReadSaw(t *testing.T) {
+	var es []history.Entry
+	v := int64(0)
+	for i := range 40 {
+		at := int64(i) * 10 * s
+		v++
+		es = append(es, write(0, 0, v, at, at+1*s, history.OK))
+		acked := v
+		v++
+		es = append(es, write(1+i%3, 0, v, at+2*s, at+3*s, history.Info))
+		es = append(es, read(5, 0, acked, at+4*s, at+5*s))
+	}
+	o := Options{LinearizabilityTimeout: 10 * time.Second}
+	assertValid(t, Linearizable(es, o))
+	// Still checked, not waved through: one of those writes seen, then an
+	// older value again, is flagged.
+	end := int64(41) * 10 * s
+	es = append(es, read(6, 0, 2, end, end+1*s), read(6, 0, 79, end+2*s, end+3*s))
+	assertFlags(t, Linearizable(es, o), KindNonLinearizable)
+}
+
+func TestDropUnobserved_KeepsUnknownWritesSomeReadReturned(t *testing.T) {
+	es := []history.Entry{
+		write(0, 0, 1, 0, 1*s, history.OK),
+		write(1, 0, 2, 0, 1*s, history.Info), // read back below: kept
+		write(1, 0, 3, 0, 1*s, history.Info), // never read: left out
+		write(1, 0, 4, 0, 1*s, history.Fail),
+		read(2, 0, 2, 2*s, 3*s),
+	}
+	var got []int64
+	for _, e := range dropUnobserved(es) {
+		got = append(got, *e.Value)
+	}
+	if want := []int64{1, 2, 4, 2}; !slices.Equal(got, want) {
+		t.Fatalf("values kept %v, want %v", got, want)
+	}
+}
