@@ -176,7 +176,7 @@ func (e *Engine) touchConsumer(group string, r *fsm.ConsumerResult) {
 // afresh: a new leader knows nothing of when they last heartbeated.
 func (e *Engine) rebuildConsumersLocked(groups []*fsm.ConsumerGroup, now time.Time) {
 	for _, g := range groups {
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			d := &consumerDeadline{session: now.Add(e.cfg.ConsumerSessionTimeout)}
 			if m.Revoking.Len() > 0 {
 				d.revokeBy = now.Add(time.Duration(m.RebalanceTimeoutMs) * time.Millisecond)

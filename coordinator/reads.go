@@ -308,7 +308,7 @@ func describeConsumerGroup(g *fsm.ConsumerGroup) *cohortv1.GroupDescription {
 	d := &cohortv1.GroupDescription{
 		GroupId: g.ID, State: g.State(), ProtocolType: fsm.ConsumerGroupType, Protocol: g.Assignor, Generation: g.Epoch,
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		d.Members = append(d.Members, &cohortv1.GroupMemberDescription{
 			MemberId: m.ID, InstanceId: m.InstanceID, ClientId: m.ClientID, ClientHost: m.ClientHost,
 			Topics: m.Topics, Assignment: assignmentToAPI(m.Assigned),
@@ -331,7 +331,7 @@ func listedGroups(s *fsm.State) []*cohortv1.ListedGroup {
 	for _, g := range consumers {
 		out = append(out, &cohortv1.ListedGroup{
 			GroupId: g.ID, State: g.State(), ProtocolType: fsm.ConsumerGroupType,
-			Generation: g.Epoch, Members: int32(len(g.Members)), Protocol: g.Assignor,
+			Generation: g.Epoch, Members: int32(g.Members.Len()), Protocol: g.Assignor,
 		})
 	}
 	slices.SortFunc(out, func(a, b *cohortv1.ListedGroup) int { return strings.Compare(a.GetGroupId(), b.GetGroupId()) })

@@ -314,7 +314,7 @@ func settleRound(b testing.TB, h *harness, ts *int64, rules uint32) int {
 		if g.State() == ConsumerStable {
 			return applied
 		}
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			g := readConsumerGroup(h, "g") // as the heartbeats before this one left it
 			m, _ := g.Member(m.ID)
 			e, ok := told[m.ID]

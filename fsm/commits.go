@@ -84,8 +84,8 @@ func (s *State) admitCommit(c *fsmv1.CommitOffsets) (res *ApplyResult, accepted 
 func (s *State) admitConsumerCommit(g *ConsumerGroup, c *fsmv1.CommitOffsets) (*ApplyResult, int) {
 	switch {
 	case c.GetMemberId() == "":
-		if len(g.Members) > 0 || c.GetGeneration() != -1 {
-			return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q has %d members; a commit without a member needs an empty group and generation -1", g.ID, len(g.Members))), 0
+		if g.Members.Len() > 0 || c.GetGeneration() != -1 {
+			return fail(errcode.Errorf(errcode.UnknownMemberID, "consumer group %q has %d members; a commit without a member needs an empty group and generation -1", g.ID, g.Members.Len())), 0
 		}
 	default:
 		m, ok := g.Member(c.GetMemberId())
@@ -191,8 +191,8 @@ func (s *State) deleteGroups(c *fsmv1.DeleteGroups) *ApplyResult {
 		g, ok := s.groups[id]
 		cg, consumer := s.consumerGroups[id]
 		switch {
-		case consumer && len(cg.Members) > 0:
-			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "consumer group %q has %d members (%s)", id, len(cg.Members), cg.State())
+		case consumer && cg.Members.Len() > 0:
+			r.Err = errcode.Errorf(errcode.NonEmptyGroup, "consumer group %q has %d members (%s)", id, cg.Members.Len(), cg.State())
 		case consumer:
 			s.putConsumerGroup(id, nil)
 			s.offsets.DeleteGroup(id)
@@ -223,7 +223,7 @@ func (s *State) deleteOffsets(c *fsmv1.DeleteOffsets) *ApplyResult {
 	if cg, consumer := s.consumerGroups[id]; consumer {
 		ok = true
 		subscribed = func(topic string) bool {
-			return slices.ContainsFunc(cg.Members, func(m *ConsumerMember) bool { return slices.Contains(m.Topics, topic) })
+			return cg.hasMember(func(m *ConsumerMember) bool { return slices.Contains(m.Topics, topic) })
 		}
 	}
 	switch {
@@ -271,7 +271,7 @@ func (s *State) expireOffsets(now int64, c *fsmv1.ExpireOffsets) *ApplyResult {
 	}
 	if s.rules >= 5 {
 		for _, g := range s.ConsumerGroups() {
-			if len(g.Members) > 0 {
+			if g.Members.Len() > 0 {
 				continue
 			}
 			s.offsets.Expire(g.ID, func(_ offsets.Key, v offsets.Value) bool {

@@ -100,7 +100,7 @@ type ConsumerGroup struct {
 	Epoch, AssignmentEpoch int32
 	// Assignor is the server-side assignor in use.
 	Assignor       string
-	Members        []*ConsumerMember // sorted by ID
+	Members        ConsumerMembers // sorted by ID
 	StateChangedMs int64
 	// bytes is consumerBytes' figure, kept as members change one at a
 	// time (0: not yet measured).
@@ -138,10 +138,10 @@ type ConsumerMember struct {
 // State is the group's state: Empty, Reconciling (a member is not yet at
 // its target) or Stable.
 func (g *ConsumerGroup) State() string {
-	if len(g.Members) == 0 {
+	if g.Members.Len() == 0 {
 		return ConsumerEmpty
 	}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		if !m.reconciled(g.AssignmentEpoch) {
 			return ConsumerReconciling
 		}
@@ -218,11 +218,17 @@ func (m *ConsumerMember) reconciled(target int32) bool {
 
 // Member returns the member with the given ID.
 func (g *ConsumerGroup) Member(id string) (*ConsumerMember, bool) {
-	i, ok := slices.BinarySearchFunc(g.Members, id, func(m *ConsumerMember, id string) int { return strings.Compare(m.ID, id) })
-	if !ok {
-		return nil, false
+	return g.Members.Get(id)
+}
+
+// hasMember reports whether a member of g satisfies f.
+func (g *ConsumerGroup) hasMember(f func(*ConsumerMember) bool) bool {
+	for _, m := range g.Members.All() {
+		if f(m) {
+			return true
+		}
 	}
-	return g.Members[i], true
+	return false
 }
 
 // ConsumerResult is what a ConsumerHeartbeat answers its member.
@@ -254,7 +260,7 @@ func (s *State) ConsumerGroups() []*ConsumerGroup {
 // strings and partitions, calibrated as a classic group's members are.
 func consumerBytes(g *ConsumerGroup) int64 {
 	n := groupBytes(g.ID, g.Assignor)
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		n += consumerMemberBytes(m)
 	}
 	return n
@@ -273,7 +279,7 @@ func consumerMemberBytes(m *ConsumerMember) int64 {
 func (s *State) putConsumerGroup(id string, g *ConsumerGroup) {
 	if old, ok := s.consumerGroups[id]; ok {
 		s.consumerBytes -= old.bytes
-		s.members -= len(old.Members)
+		s.members -= old.Members.Len()
 		delete(s.consumerGroups, id)
 	}
 	if g != nil {
@@ -282,7 +288,7 @@ func (s *State) putConsumerGroup(id string, g *ConsumerGroup) {
 		}
 		s.consumerGroups[id] = g
 		s.consumerBytes += g.bytes
-		s.members += len(g.Members)
+		s.members += g.Members.Len()
 	}
 }
 
@@ -335,7 +341,7 @@ func (s *State) consumerLeave(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHear
 		d.PreviousEpoch, d.Epoch, d.AdvancedFrom = m.Epoch, DepartedEpoch, 0
 		return s.storeMember(g, &d, &ConsumerResult{MemberID: m.ID, Epoch: DepartedEpoch})
 	}
-	members := slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
+	members := slices.DeleteFunc(g.Members.Slice(), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
 	ng := s.rebalanced(now, g, members, g.Assignor)
 	s.putConsumerGroup(g.ID, ng)
 	return &ApplyResult{Consumer: &ConsumerResult{MemberID: c.GetMemberId(), Epoch: -1, Group: ng}}
@@ -366,7 +372,7 @@ func (s *State) consumerJoin(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	if exists {
 		// A member joining again with its ID (after being fenced) starts
 		// over: what it held is released.
-		members = slices.DeleteFunc(slices.Clone(g.Members), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
+		members = slices.DeleteFunc(g.Members.Slice(), func(m *ConsumerMember) bool { return m.ID == c.GetMemberId() })
 		if inst := c.GetInstanceId(); inst != "" {
 			for _, m := range members {
 				switch {
@@ -426,20 +432,20 @@ func (s *State) consumerRejoin(now int64, g *ConsumerGroup, others []*ConsumerMe
 	}
 	m.Topics, m.Regex, m.re, m.Assignor = sortedUnique(c.GetSubscribedTopics()), c.GetSubscribedTopicRegex(), re, c.GetServerAssignor()
 	changed := !slices.Equal(m.Topics, departed.Topics) || m.Regex != departed.Regex || m.Assignor != departed.Assignor
-	members := insertSorted(slices.DeleteFunc(others, func(o *ConsumerMember) bool { return o == departed }), &m)
+	members := listOf(insertSorted(slices.DeleteFunc(others, func(o *ConsumerMember) bool { return o == departed }), &m))
 	return s.reconcileAndStore(s.withMember(now, g, members, departed, &m, changed), m.ID, nil, 0)
 }
 
 // withMember is g whose members are now members, where m took old's
 // place: at the same epoch with its size kept, or, when the group's inputs
 // changed (subscription or assignor), rebalanced at a new epoch.
-func (s *State) withMember(now int64, g *ConsumerGroup, members []*ConsumerMember, old, m *ConsumerMember, changed bool) *ConsumerGroup {
+func (s *State) withMember(now int64, g *ConsumerGroup, members ConsumerMembers, old, m *ConsumerMember, changed bool) *ConsumerGroup {
 	if changed {
 		assignor := g.Assignor
 		if m.Assignor != "" {
 			assignor = m.Assignor
 		}
-		return s.rebalanced(now, g, members, assignor)
+		return s.rebalanced(now, g, members.Slice(), assignor)
 	}
 	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, Members: members, StateChangedMs: g.StateChangedMs}
 	if g.bytes != 0 {
@@ -491,9 +497,7 @@ func (s *State) consumerBeat(now int64, g *ConsumerGroup, c *fsmv1.ConsumerHeart
 	if r := c.GetRackId(); r != "" {
 		m.RackID = r
 	}
-	members := slices.Clone(g.Members)
-	i, _ := slices.BinarySearchFunc(members, m.ID, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
-	members[i] = &m
+	members := g.Members.replaced(&m)
 	var owned *Assignment
 	if c.GetHasOwned() {
 		a := assignmentFromProto(&fsmv1.Assignment{Topics: c.GetOwned()})
@@ -524,7 +528,7 @@ func checkConsumerStrings(c *fsmv1.ConsumerHeartbeat) *errcode.ProtocolError {
 // target computed anew by assignor. Under rules 7 a member whose target is
 // what it holds moves to the new epoch (advance, see the file comment).
 func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMember, assignor string) *ConsumerGroup {
-	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch + 1, Assignor: assignor, Members: members, StateChangedMs: now}
+	ng := &ConsumerGroup{ID: g.ID, Epoch: g.Epoch + 1, Assignor: assignor, StateChangedMs: now}
 	ng.AssignmentEpoch = ng.Epoch
 	in := make([]assign.Member, len(members))
 	topics := map[string]int32{}
@@ -587,6 +591,7 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 		}
 		members[i] = &nm
 	}
+	ng.Members = listOf(members)
 	return ng
 }
 
@@ -595,8 +600,8 @@ func (s *State) rebalanced(now int64, g *ConsumerGroup, members []*ConsumerMembe
 // heartbeat states, 0 for a join), stores the group and answers the
 // member.
 func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment, told int32) *ApplyResult {
-	i, _ := slices.BinarySearchFunc(g.Members, id, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
-	m := *g.Members[i]
+	cur, _ := g.Members.Get(id)
+	m := *cur
 	if m.AdvancedFrom != 0 {
 		// The answer tells the member its epoch: from now on it states
 		// that one, or (the answer lost) the one it stated.
@@ -619,8 +624,11 @@ func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment
 		// Partitions of its target that nobody else holds any more: one
 		// pass over the others' holdings, O(the group's partitions).
 		free := partitionSet(want)
-		for j, o := range g.Members {
-			if j == i || len(free) == 0 {
+		for _, o := range g.Members.All() {
+			if len(free) == 0 {
+				break
+			}
+			if o.ID == m.ID {
 				continue
 			}
 			for _, a := range []Assignment{o.Assigned, o.Revoking} {
@@ -639,13 +647,11 @@ func (s *State) reconcileAndStore(g *ConsumerGroup, id string, owned *Assignment
 // storeMember stores g with m in place of its member of the same ID and
 // answers r, which it completes with the stored group.
 func (s *State) storeMember(g *ConsumerGroup, m *ConsumerMember, r *ConsumerResult) *ApplyResult {
-	i, _ := slices.BinarySearchFunc(g.Members, m.ID, func(x *ConsumerMember, id string) int { return strings.Compare(x.ID, id) })
-	members := slices.Clone(g.Members)
-	members[i] = m
+	old, _ := g.Members.Get(m.ID)
 	ng := *g
-	ng.Members = members
+	ng.Members = g.Members.replaced(m)
 	if g.bytes != 0 {
-		ng.bytes = g.bytes - consumerMemberBytes(g.Members[i]) + consumerMemberBytes(m)
+		ng.bytes = g.bytes - consumerMemberBytes(old) + consumerMemberBytes(m)
 	}
 	s.putConsumerGroup(g.ID, &ng)
 	r.Group = &ng

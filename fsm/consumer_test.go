@@ -30,7 +30,7 @@ func checkDisjoint(t testing.TB, g *ConsumerGroup) {
 		t.Fatalf("consumer group %s: the size kept, %d, differs from a recount, %d", g.ID, g.bytes, consumerBytes(g))
 	}
 	holder := map[partitionKey]string{}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		for k := range partitionSet(union(m.Assigned, m.Revoking)) {
 			if prev, ok := holder[k]; ok {
 				t.Fatalf("consumer group %s: %s/%d held by %s and %s", g.ID, k.topic, k.partition, prev, m.ID)
@@ -239,7 +239,7 @@ func TestConsumer_ConvergesAndStaysDisjoint(t *testing.T) {
 			}
 			g := consumerGroup(t, h, "g")
 			if g.State() != ConsumerStable {
-				for _, m := range g.Members {
+				for _, m := range g.Members.All() {
 					t.Logf("%s epoch %d assigned %v revoking %v target %v", m.ID, m.Epoch, m.Assigned, m.Revoking, m.Target)
 				}
 				t.Fatalf("state %s after the changes stopped, want Stable", g.State())
@@ -248,8 +248,8 @@ func TestConsumer_ConvergesAndStaysDisjoint(t *testing.T) {
 			for _, id := range slices.Sorted(maps.Keys(held)) {
 				total += held[id].Len()
 			}
-			if total != 12 || len(g.Members) != 4 {
-				t.Fatalf("%d members hold %d partitions, want 4 members holding all 12", len(g.Members), total)
+			if total != 12 || g.Members.Len() != 4 {
+				t.Fatalf("%d members hold %d partitions, want 4 members holding all 12", g.Members.Len(), total)
 			}
 		})
 	}
@@ -299,7 +299,7 @@ func settle(t *testing.T, h *harness, ts *int64) *ConsumerGroup {
 		if g.State() == ConsumerStable {
 			return g
 		}
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			if m.Departed() {
 				continue
 			}
@@ -504,8 +504,8 @@ func TestConsumer_StaticMemberRejoinsWithItsAssignment(t *testing.T) {
 	ts++
 	h.ok(at(ts, hb{group: "g", member: "a3", epoch: -1}))
 	g = settle(t, h, &ts)
-	if len(g.Members) != 1 || len(heldBy(g, "b")) != 4 {
-		t.Fatalf("after the departed member's removal: %d members, b holds %v; want b alone with all of t", len(g.Members), heldBy(g, "b"))
+	if g.Members.Len() != 1 || len(heldBy(g, "b")) != 4 {
+		t.Fatalf("after the departed member's removal: %d members, b holds %v; want b alone with all of t", g.Members.Len(), heldBy(g, "b"))
 	}
 
 	// Rules 6 brought the departed state: a static leave under them keeps
@@ -549,7 +549,7 @@ func TestConsumer_RebalanceAdvancesMembersAtTheirTarget(t *testing.T) {
 	g := settle(t, h, &ts)
 	e := g.Epoch
 	told := map[string]int32{} // the epoch each member's client was last told
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		told[m.ID] = m.Epoch
 	}
 
@@ -557,7 +557,7 @@ func TestConsumer_RebalanceAdvancesMembersAtTheirTarget(t *testing.T) {
 	h.ok(at(ts, hb{group: "g", member: "d", topics: []string{"t"}}))
 	g = consumerGroup(t, h, "g")
 	var advanced, stayed []string
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		switch {
 		case m.ID == "d":
 		case m.Epoch == e+1 && m.AdvancedFrom == e && assignmentsEqual(m.Assigned, m.Target):
@@ -632,7 +632,7 @@ func TestConsumer_RebalanceAdvancesMembersAtTheirTarget(t *testing.T) {
 	e = settle(t, h6, &ts).Epoch
 	ts++
 	h6.ok(at(ts, hb{group: "g", member: "d", topics: []string{"t"}, rules: 6}))
-	for _, m := range consumerGroup(t, h6, "g").Members {
+	for _, m := range consumerGroup(t, h6, "g").Members.All() {
 		if m.ID != "d" && (m.Epoch != e || m.AdvancedFrom != 0) {
 			t.Fatalf("rules 6: member %s at epoch %d advanced from %d after d joined, want %d, not advanced", m.ID, m.Epoch, m.AdvancedFrom, e)
 		}

@@ -72,7 +72,7 @@ func TestMemberList_MatchesSortedSliceAndFrozenCopiesStay(t *testing.T) {
 			return out
 		}
 		for step := range rapid.IntRange(1, 60).Draw(rt, "steps") {
-			switch op := rapid.IntRange(0, 5).Draw(rt, "op"); {
+			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); {
 			case op <= 1 || len(model) == 0: // insert a run of new members
 				for range rapid.IntRange(1, 200).Draw(rt, "inserts") {
 					// IDs spread over the key space, so inserts land in
@@ -121,7 +121,7 @@ func TestMemberList_MatchesSortedSliceAndFrozenCopiesStay(t *testing.T) {
 			case op == 4: // edit some members
 				for _, id := range rapid.SliceOfN(rapid.SampledFrom(ids()), 1, 20).Draw(rt, "edited") {
 					p, _ := l.find(id)
-					m := l.edit(p, epoch)
+					m := editMember(&l, p, epoch)
 					m.JoinSeq++
 					i, _ := slices.BinarySearchFunc(model, id, func(e listEntry, id string) int { return strings.Compare(e.id, id) })
 					model[i].seq++
@@ -130,6 +130,17 @@ func TestMemberList_MatchesSortedSliceAndFrozenCopiesStay(t *testing.T) {
 				frozenLists = append(frozenLists, frozen{list: l, want: slices.Clone(model)})
 				l = l.clone()
 				epoch++
+			case op == 6: // a consumer group's change: a new list with one member replaced, l frozen
+				id := rapid.SampledFrom(ids()).Draw(rt, "replaced")
+				old, _ := l.Get(id)
+				frozenLists = append(frozenLists, frozen{list: l, want: slices.Clone(model)})
+				l = l.replaced(&Member{ID: id, JoinSeq: old.JoinSeq + 1})
+				epoch++ // l's other chunks are the frozen list's
+				i, _ := slices.BinarySearchFunc(model, id, func(e listEntry, id string) int { return strings.Compare(e.id, id) })
+				model[i].seq++
+				if rebuilt := listOf(l.Slice()); !slices.Equal(listEntries(&rebuilt), model) {
+					rt.Fatalf("step %d: listOf the list's members holds %v, want %v", step, listEntries(&rebuilt), model)
+				}
 			}
 			if got := listEntries(&l); !slices.Equal(got, model) {
 				rt.Fatalf("step %d: list holds %v, want %v", step, got, model)

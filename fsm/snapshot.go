@@ -196,7 +196,7 @@ func (s *State) restoreRecord(rec *fsmv1.SnapshotRecord, counts *fsmv1.SnapshotT
 
 func consumerGroupToProto(g *ConsumerGroup) *fsmv1.ConsumerGroup {
 	pg := &fsmv1.ConsumerGroup{GroupId: g.ID, Epoch: g.Epoch, AssignmentEpoch: g.AssignmentEpoch, Assignor: g.Assignor, StateChangedMs: g.StateChangedMs}
-	for _, m := range g.Members {
+	for _, m := range g.Members.All() {
 		pg.Members = append(pg.Members, &fsmv1.ConsumerMember{
 			MemberId: m.ID, InstanceId: m.InstanceID, RackId: m.RackID, ClientId: m.ClientID, ClientHost: m.ClientHost,
 			RebalanceTimeoutMs: m.RebalanceTimeoutMs, Topics: m.Topics, Assignor: m.Assignor, Epoch: m.Epoch, PreviousEpoch: m.PreviousEpoch,
@@ -216,19 +216,19 @@ func consumerGroupFromProto(pg *fsmv1.ConsumerGroup) (*ConsumerGroup, error) {
 		if pm.GetMemberId() == "" {
 			return nil, fmt.Errorf("consumer group %q: a member record without member_id", g.ID)
 		}
-		if n := len(g.Members); n > 0 && g.Members[n-1].ID >= pm.GetMemberId() {
-			return nil, fmt.Errorf("consumer group %q: members not sorted by ID (%q after %q)", g.ID, pm.GetMemberId(), g.Members[n-1].ID)
+		if last, ok := g.Members.last(); ok && last.ID >= pm.GetMemberId() {
+			return nil, fmt.Errorf("consumer group %q: members not sorted by ID (%q after %q)", g.ID, pm.GetMemberId(), last.ID)
 		}
 		re, perr := CompileTopicRegex(pm.GetTopicRegex())
 		if perr != nil {
 			return nil, fmt.Errorf("consumer group %q, member %q: %w", g.ID, pm.GetMemberId(), perr)
 		}
-		g.Members = append(g.Members, &ConsumerMember{
+		g.Members.appendSorted(&ConsumerMember{
 			ID: pm.GetMemberId(), InstanceID: pm.GetInstanceId(), RackID: pm.GetRackId(), ClientID: pm.GetClientId(), ClientHost: pm.GetClientHost(),
 			RebalanceTimeoutMs: pm.GetRebalanceTimeoutMs(), Topics: pm.GetTopics(), Assignor: pm.GetAssignor(), Epoch: pm.GetEpoch(), PreviousEpoch: pm.GetPreviousEpoch(),
 			Assigned: assignmentFromProto(pm.GetAssigned()), Revoking: assignmentFromProto(pm.GetRevoking()), Target: assignmentFromProto(pm.GetTarget()),
 			Regex: pm.GetTopicRegex(), re: re, AdvancedFrom: pm.GetAdvancedFrom(),
-		})
+		}, 0)
 	}
 	return g, nil
 }

@@ -219,7 +219,7 @@ func (g *Group) clone(epoch uint64) *Group {
 
 // editMember returns the member at p ready to be changed in place.
 func (g *Group) editMember(p memberPos) *Member {
-	return g.Members.edit(p, g.epoch)
+	return editMember(&g.Members, p, g.epoch)
 }
 
 // editMemberByID returns the member with the given ID ready to be changed.

@@ -100,8 +100,8 @@ func (s *State) topicResized(now int64, topic string, old, n int32, rebalance bo
 	// A consumer group (rules 5) whose members subscribe to the topic gets
 	// a new epoch, its targets computed for the topic's new size.
 	for _, g := range s.ConsumerGroups() {
-		if slices.ContainsFunc(g.Members, func(m *ConsumerMember) bool { return m.subscribes(topic) }) {
-			s.putConsumerGroup(g.ID, s.rebalanced(now, g, slices.Clone(g.Members), g.Assignor))
+		if g.hasMember(func(m *ConsumerMember) bool { return m.subscribes(topic) }) {
+			s.putConsumerGroup(g.ID, s.rebalanced(now, g, g.Members.Slice(), g.Assignor))
 		}
 	}
 }

@@ -108,7 +108,7 @@ func (c *call) consumerGroupDescribe(ctx context.Context, r *kmsg.ConsumerGroupD
 			continue
 		}
 		dg.State, dg.Epoch, dg.AssignmentEpoch, dg.AssignorName = consumerState(g), g.Epoch, g.AssignmentEpoch, g.Assignor
-		for _, m := range g.Members {
+		for _, m := range g.Members.All() {
 			dm := kmsg.NewConsumerGroupDescribeResponseGroupMember()
 			if reveal {
 				dm.MemberID = m.ID

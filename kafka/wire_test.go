@@ -456,7 +456,7 @@ func TestWire_ConsumerGroupDeadlines(t *testing.T) {
 		var members int
 		c.Nodes[c.Leader()].FSM.Read(func(s *fsm.State) {
 			if g, ok := s.ConsumerGroup("deadlines"); ok {
-				members = len(g.Members)
+				members = g.Members.Len()
 			}
 		})
 		return members == 0, fmt.Sprintf("%d members", members)
