@@ -255,14 +255,15 @@ func editMember(l *MemberList, p memberPos, epoch uint64) *Member {
 }
 
 // replaced returns a list sharing every chunk with l but the one that
-// holds m's key, where m takes the place of the item with its key (which
-// must be there): a consumer group's one-member change, O(chunk) and not
-// O(members).
+// holds m's key, where m takes the place of the item with its key (or is
+// added, if there is none): a consumer group's one-member change,
+// O(chunk) and not O(members).
 func (l *chunkedList[T]) replaced(m T) chunkedList[T] {
 	c := l.clone()
 	p, ok := c.find(m.listKey())
 	if !ok {
-		panic("fsm: replaced: no item " + m.listKey())
+		c.insert(m, 0)
+		return c
 	}
 	c.writable(p.chunk, 0).members[p.i] = m
 	return c
