@@ -5,7 +5,7 @@
 # where plain `go test` replays them.
 #
 #   scripts/fuzz.sh [-t FUZZTIME] [-m REGEXP] [--no-keep] [PKG...]
-#   scripts/fuzz.sh -t 3s --no-keep          # CI (make fuzz-ci): every target of ./fsm ./assign ./rpc, 3 s each
+#   scripts/fuzz.sh -t 3s --no-keep ./fsm ./assign  # CI (make fuzz-ci): every target of ./fsm ./assign, 3 s each
 #   scripts/fuzz.sh -t 5m ./rpc -m '^FuzzCluster'
 #   scripts/fuzz.sh ./rpc 5m '^FuzzCluster'  # the older form: PKG [FUZZTIME [REGEXP]]
 #
