@@ -35,14 +35,8 @@ certs:
 # test passes under the race detector.
 test: proto-check lint unit
 
-# go test builds and runs packages in the order it is given them, two at a
-# time on two cores: the packages whose tests run longest (1–2.5 min each,
-# mostly waiting on real processes and elections) go first, so the short
-# ones fill in beside them instead of leaving one long package running
-# alone at the end. ./... adds the rest (go test runs each package once).
-SLOWPKGS := ./test/ops ./rpc ./coordinator ./raftnode ./cmd/cohort-bench ./client ./kafka ./assign
 unit:
-	$(GO) test $(TESTFLAGS) $(if $(filter ./...,$(PKGS)),$(SLOWPKGS)) $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
 
 proto:
 	cd proto && $(GO) tool buf lint && $(GO) tool buf generate
