@@ -167,14 +167,14 @@ cmd_run() {
 				fi
 			done
 		fi
+		# Only a chaos-only mutant is built here: a kill line builds
+		# what it needs and reports a build failure itself, and a
+		# package's own tests compile their own copy of it, so a build
+		# first would be a compile no test reuses.
 		if ! (cd "$dir" && git apply "$patch"); then
 			echo "   does not apply: rewrite it against today's code"
 			verdict=stale
 		elif [ ${#kills[@]} -eq 0 ] && ! out=$(cd "$dir" && $go build $(touched_packages "$patch") 2>&1); then
-			# (A kill line builds what it needs and reports a build
-			# failure itself: compiling the touched packages first
-			# would cost each mutant a compile its test binary does
-			# not reuse, where the tests are in the package.)
 			printf '%s\n' "$out" | tail -20
 			echo "   does not build"
 			verdict=no-build
