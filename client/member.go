@@ -58,6 +58,9 @@ type Member struct {
 	// past revocation for the subscription metadata of the next join.
 	owned    []TopicPartition
 	ownedGen int32
+
+	// commits queues the commits that wait for the one in flight.
+	commits commitQueue
 }
 
 type runState int
@@ -762,54 +765,6 @@ type PartitionOffset struct {
 	TopicPartition
 	Offset   int64
 	Metadata string
-}
-
-// Commit commits offsets with the member's current generation and member
-// ID. A request refused as a whole returns an *Error (test with errors.Is:
-// ErrRebalanceInProgress, ErrIllegalGeneration, ErrUnknownMemberID, ...);
-// if only some partitions are refused (NOT_OWNER, UNKNOWN_TOPIC_OR_PARTITION,
-// ...) it returns a *CommitError and the others were stored. NOT_LEADER and
-// Unavailable are retried unchanged until ctx ends. A refusal that means the
-// member is out of date makes it heartbeat at once, so it rejoins promptly.
-func (m *Member) Commit(ctx context.Context, offsets []PartitionOffset) error {
-	m.mu.Lock()
-	gen, id, state := m.generation, m.memberID, m.state
-	m.mu.Unlock()
-	if state == stopped {
-		return ErrClosed
-	}
-	if id == "" || gen == NoGeneration {
-		return ErrNotJoined
-	}
-	req := &cohortv1.OffsetCommitRequest{
-		GroupId: m.cfg.GroupID, Generation: gen, MemberId: id, InstanceId: m.cfg.InstanceID,
-		Offsets: make([]*cohortv1.OffsetCommitPartition, 0, len(offsets)),
-	}
-	for _, o := range offsets {
-		req.Offsets = append(req.Offsets, &cohortv1.OffsetCommitPartition{
-			Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata,
-		})
-	}
-	resp, err := m.groups.OffsetCommit(ctx, req)
-	if err != nil {
-		if errors.Is(err, ErrRebalanceInProgress) || errors.Is(err, ErrIllegalGeneration) || errors.Is(err, ErrUnknownMemberID) {
-			m.pokeHeartbeat()
-		}
-		return fmt.Errorf("cohort: commit %d offset(s) to group %q generation %d as %q: %w", len(offsets), m.cfg.GroupID, gen, id, err)
-	}
-	var cerr *CommitError
-	for _, p := range resp.GetPartitions() {
-		if perr := fromCode(p.GetError(), p.GetErrorMessage()); perr != nil {
-			if cerr == nil {
-				cerr = &CommitError{Group: m.cfg.GroupID, Generation: gen, Partitions: map[TopicPartition]error{}}
-			}
-			cerr.Partitions[TopicPartition{p.GetTopic(), p.GetPartition()}] = perr
-		}
-	}
-	if cerr != nil {
-		return cerr
-	}
-	return nil
 }
 
 func (m *Member) setMemberID(id string) {

@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+)
+
+func TestMember_Commit_CommitsMadeDuringOneInFlightShareTheNextRequest(t *testing.T) {
+	c := newFakeCluster(t)
+	n := c.node()
+	rec := &recorder{}
+	m, _ := startMember(t, testConfig(rec, n.addr))
+	waitFor(t, "assignment", func() bool { return len(rec.get()) == 1 })
+
+	// The first request is held; partition 2 is refused on every request.
+	release := make(chan struct{})
+	c.mu.Lock()
+	c.commit = func(r *cohortv1.OffsetCommitRequest) *cohortv1.OffsetCommitResponse {
+		if r.GetOffsets()[0].GetPartition() == 0 {
+			<-release
+		}
+		resp := &cohortv1.OffsetCommitResponse{}
+		for _, o := range r.GetOffsets() {
+			res := &cohortv1.OffsetCommitPartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
+			if o.GetPartition() == 2 {
+				res.Error, res.ErrorMessage = cohortv1.ErrorCode_ERROR_CODE_NOT_OWNER, "orders/2 is not yours"
+			}
+			resp.Partitions = append(resp.Partitions, res)
+		}
+		return resp
+	}
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	commit := func(ctx context.Context, partition int32, offset int64) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- m.Commit(ctx, []PartitionOffset{{TopicPartition: TopicPartition{"orders", partition}, Offset: offset}})
+		}()
+		return done
+	}
+	waiting := func(want int) {
+		t.Helper()
+		waitFor(t, "commits waiting", func() bool {
+			m.commits.mu.Lock()
+			defer m.commits.mu.Unlock()
+			return len(m.commits.waiting) == want
+		})
+	}
+	first := commit(ctx, 0, 1)
+	waitFor(t, "the first request", func() bool { return c.count("OffsetCommit") == 1 })
+	b := commit(ctx, 1, 5)
+	waiting(1)
+	refused := commit(ctx, 2, 6)
+	waiting(2)
+	again := commit(ctx, 1, 7) // names partition 1 again, later
+	waiting(3)
+	gaveUpCtx, giveUp := context.WithCancel(ctx)
+	gaveUp := commit(gaveUpCtx, 0, 99)
+	waiting(4)
+	giveUp()
+	if err := await(t, gaveUp); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a commit whose caller gave up while it waited: got %v, want context.Canceled", err)
+	}
+	if got := c.count("OffsetCommit"); got != 1 {
+		t.Fatalf("%d requests in flight while the first is held, want 1", got)
+	}
+
+	close(release)
+	for name, done := range map[string]<-chan error{"first": first, "partition 1": b, "partition 1 again": again} {
+		if err := await(t, done); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	err := await(t, refused)
+	var cerr *CommitError
+	if !errors.As(err, &cerr) || !errors.Is(err, ErrNotOwner) || len(cerr.Partitions) != 1 || cerr.Partitions[TopicPartition{"orders", 2}] == nil {
+		t.Fatalf("the commit of partition 2: want a CommitError with NOT_OWNER for orders/2 alone, got %v", err)
+	}
+	calls := c.callsOf("OffsetCommit")
+	if len(calls) != 2 {
+		t.Fatalf("the three waiting commits took %d requests after the first, want 1", len(calls)-1)
+	}
+	r := commitReq(calls[1])
+	if r.GetGeneration() != 1 || r.GetMemberId() == "" || len(r.GetOffsets()) != 2 ||
+		r.GetOffsets()[0].GetPartition() != 1 || r.GetOffsets()[0].GetOffset() != 7 ||
+		r.GetOffsets()[1].GetPartition() != 2 || r.GetOffsets()[1].GetOffset() != 6 {
+		t.Fatalf("the shared request: want orders/1 at 7 (the later commit) and orders/2 at 6, nothing of the one given up; got %v", r)
+	}
+
+	// With nothing in flight a commit goes at once, in a request of its own.
+	if err := m.Commit(ctx, []PartitionOffset{{TopicPartition: TopicPartition{"orders", 1}, Offset: 8}}); err != nil {
+		t.Fatal(err)
+	}
+	if calls := c.callsOf("OffsetCommit"); len(calls) != 3 || len(commitReq(calls[2]).GetOffsets()) != 1 {
+		t.Fatalf("a lone commit: %d requests, want 3 with the last carrying it alone", len(calls))
+	}
+}
+
+func TestCommitQueue_Next_OneGenerationAndMemberPerRequestWithinTheLimits(t *testing.T) {
+	ctx := context.Background()
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	offsets := func(n, metadata int) []PartitionOffset {
+		out := make([]PartitionOffset, n)
+		for i := range out {
+			out[i] = PartitionOffset{TopicPartition: TopicPartition{"t", int32(i)}, Metadata: string(make([]byte, metadata))}
+		}
+		return out
+	}
+	p := func(ctx context.Context, gen int32, id string, offs []PartitionOffset) *pendingCommit {
+		return &pendingCommit{ctx: ctx, gen: gen, id: id, offsets: offs}
+	}
+	a := p(gone, 1, "m", offsets(1, 0))    // its caller gave up: dropped
+	b := p(ctx, 1, "m", offsets(1, 0))     // the oldest left: heads the request
+	c := p(ctx, 2, "m", offsets(1, 0))     // another generation
+	d := p(ctx, 1, "m", offsets(1, 0))     // joins b
+	e := p(ctx, 1, "other", offsets(1, 0)) // another member ID
+	f := p(ctx, 1, "m", offsets(maxBatchOffsets, 0))
+	g := p(ctx, 1, "m", offsets(1, maxBatchBytes)) // alone over the byte limit
+	q := &commitQueue{sending: true, waiting: []*pendingCommit{a, b, c, d, e, f, g}}
+
+	want := [][]*pendingCommit{{b, d}, {c}, {e}, {f}, {g}}
+	for i, w := range want {
+		got := q.next()
+		if len(got) != len(w) {
+			t.Fatalf("request %d: %d commits, want %d", i, len(got), len(w))
+		}
+		for j := range w {
+			if got[j] != w[j] {
+				t.Fatalf("request %d: commit %d is not the expected one", i, j)
+			}
+		}
+		if !q.sending {
+			t.Fatalf("request %d: the queue is idle while it sends", i)
+		}
+	}
+	if got := q.next(); got != nil || q.sending || len(q.waiting) != 0 {
+		t.Fatalf("an empty queue: next = %v, sending = %v, %d waiting; want nil, false, 0", got, q.sending, len(q.waiting))
+	}
+}
