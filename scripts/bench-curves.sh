@@ -68,9 +68,14 @@ if [ -s "$out/rebalance.json" ] && { [ "$what" = rebalance ] || [ "$what" = reba
 fi
 if [ "$what" = commits ] || [ "$what" = all ]; then
 	$bench --json commits --concurrency 1,4,16,64,256 --duration 5s > "$out/commits.json"
-	$bench plot --in "$out/commits.json" --x C --y "raw ops/s" --y "client ops/s" --log-x --log-y \
-		--title "Offset commits vs concurrency: raw Raft apply and through the client" \
+	# etcd beside them when make bench-etcd has run (same concurrencies).
+	ins=(--in "$out/commits.json") ys=(--y "raw ops/s" --y "client ops/s")
+	[ -s "$out/etcd.json" ] && ins+=(--in "$out/etcd.json") ys+=(--y "etcd ops/s")
+	$bench plot "${ins[@]}" --x C "${ys[@]}" --log-x --log-y \
+		--title "Offset commits vs concurrency: raw Raft apply, the client, etcd Put" \
 		--y-label "ops/s" --out "$out/commits.png"
+	$bench plot --in "$out/commits.json" --x C --y "client+gRPC" --y replicate --y queue --y admit --y "raw apply mean" \
+		--log-x --log-y --title "Where a client commit's time goes (means)" --y-label "µs" --out "$out/commit-stages.png"
 	$bench plot --in "$out/commits.json" --x C --y "raw p50" --y "p50" --y "p99" --log-x --log-y \
 		--title "Offset commit latency vs concurrency" --y-label "ms" --out "$out/commits-latency.png"
 fi
