@@ -3,10 +3,16 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
 func TestMember_Commit_CommitsMadeDuringOneInFlightShareTheNextRequest(t *testing.T) {
@@ -143,4 +149,76 @@ func TestCommitQueue_Next_OneGenerationAndMemberPerRequestWithinTheLimits(t *tes
 	if got := q.next(); got != nil || q.sending || len(q.waiting) != 0 {
 		t.Fatalf("an empty queue: next = %v, sending = %v, %d waiting; want nil, false, 0", got, q.sending, len(q.waiting))
 	}
+}
+
+// TestRealCluster_ConcurrentCommitsOfOneMember_EveryAcknowledgedOffsetStored
+// commits from many goroutines of one member against a three-node cluster:
+// each goroutine owns a partition and commits it round after round, so its
+// last acknowledged offset is what the group must hold; the commits share
+// requests.
+func TestRealCluster_ConcurrentCommitsOfOneMember_EveryAcknowledgedOffsetStored(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	const partitions, rounds = 32, 20
+	if _, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "busy", Partitions: partitions}); err != nil {
+		t.Fatalf("CreateTopic: %v", err)
+	}
+	var requests atomic.Int64
+	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := req.(*cohortv1.OffsetCommitRequest); ok {
+			requests.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	m, _ := startMember(t, Config{
+		Endpoints: c.Addrs(), GroupID: "busy-group", Topics: []string{"busy"}, DialOptions: []grpc.DialOption{count},
+		SessionTimeout: 6 * time.Second, HeartbeatInterval: 200 * time.Millisecond, RebalanceTimeout: 10 * time.Second,
+	})
+	waitFor(t, "the member holding every partition", func() bool { return len(m.Assignment()) == partitions })
+
+	var wg sync.WaitGroup
+	errs := make(chan error, partitions)
+	for p := range int32(partitions) {
+		wg.Go(func() {
+			for round := int64(1); round <= rounds; round++ {
+				if err := m.Commit(ctx, []PartitionOffset{{TopicPartition: TopicPartition{"busy", p}, Offset: round*100 + int64(p)}}); err != nil {
+					errs <- fmt.Errorf("partition %d, round %d: %w", p, round, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	fetched, err := conn.Groups().OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "busy-group"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int32]int64{}
+	for _, p := range fetched.GetPartitions() {
+		got[p.GetPartition()] = p.GetOffset()
+	}
+	for p := range int32(partitions) {
+		if want := int64(rounds*100) + int64(p); got[p] != want {
+			t.Errorf("partition %d holds %d, want the last acknowledged commit's %d", p, got[p], want)
+		}
+	}
+	// 32 goroutines that each wait a Raft round per commit overlap all the
+	// time, so most requests carry several commits.
+	if n := requests.Load(); n > partitions*rounds/2 {
+		t.Errorf("%d commits took %d requests; want at most half as many: concurrent commits share requests", partitions*rounds, n)
+	}
+	t.Logf("%d commits in %d requests", partitions*rounds, requests.Load())
 }
