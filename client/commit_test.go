@@ -29,15 +29,7 @@ func TestMember_Commit_CommitsMadeDuringOneInFlightShareTheNextRequest(t *testin
 		if r.GetOffsets()[0].GetPartition() == 0 {
 			<-release
 		}
-		resp := &cohortv1.OffsetCommitResponse{}
-		for _, o := range r.GetOffsets() {
-			res := &cohortv1.OffsetCommitPartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
-			if o.GetPartition() == 2 {
-				res.Error, res.ErrorMessage = cohortv1.ErrorCode_ERROR_CODE_NOT_OWNER, "orders/2 is not yours"
-			}
-			resp.Partitions = append(resp.Partitions, res)
-		}
-		return resp
+		return notOwnerAnswer(r, 2)
 	}
 	c.mu.Unlock()
 
@@ -160,15 +152,9 @@ func TestRealCluster_ConcurrentCommitsOfOneMember_EveryAcknowledgedOffsetStored(
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
 	const partitions, rounds = 32, 20
-	if _, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "busy", Partitions: partitions}); err != nil {
-		t.Fatalf("CreateTopic: %v", err)
-	}
+	topic := createTopic(t, ctx, c.Addrs(), partitions)
+	conn := dialCluster(t, c.Addrs())
 	var requests atomic.Int64
 	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if _, ok := req.(*cohortv1.OffsetCommitRequest); ok {
@@ -177,7 +163,7 @@ func TestRealCluster_ConcurrentCommitsOfOneMember_EveryAcknowledgedOffsetStored(
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
 	m, _ := startMember(t, Config{
-		Endpoints: c.Addrs(), GroupID: "busy-group", Topics: []string{"busy"}, DialOptions: []grpc.DialOption{count},
+		Endpoints: c.Addrs(), GroupID: topic, Topics: []string{topic}, DialOptions: []grpc.DialOption{count},
 		SessionTimeout: 6 * time.Second, HeartbeatInterval: 200 * time.Millisecond, RebalanceTimeout: 10 * time.Second,
 	})
 	waitFor(t, "the member holding every partition", func() bool { return len(m.Assignment()) == partitions })
@@ -187,7 +173,7 @@ func TestRealCluster_ConcurrentCommitsOfOneMember_EveryAcknowledgedOffsetStored(
 	for p := range int32(partitions) {
 		wg.Go(func() {
 			for round := int64(1); round <= rounds; round++ {
-				if err := m.Commit(ctx, []PartitionOffset{{TopicPartition: TopicPartition{"busy", p}, Offset: round*100 + int64(p)}}); err != nil {
+				if err := m.Commit(ctx, []PartitionOffset{{TopicPartition: TopicPartition{topic, p}, Offset: round*100 + int64(p)}}); err != nil {
 					errs <- fmt.Errorf("partition %d, round %d: %w", p, round, err)
 					return
 				}
@@ -202,7 +188,7 @@ func TestRealCluster_ConcurrentCommitsOfOneMember_EveryAcknowledgedOffsetStored(
 	if t.Failed() {
 		return
 	}
-	fetched, err := conn.Groups().OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: "busy-group"})
+	fetched, err := conn.Groups().OffsetFetch(ctx, &cohortv1.OffsetFetchRequest{GroupId: topic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,17 @@ func createTopic(t *testing.T, ctx context.Context, endpoints []string, partitio
 	return name
 }
 
+// dialCluster dials endpoints for the test's length.
+func dialCluster(t *testing.T, endpoints []string) *Conn {
+	t.Helper()
+	conn, err := Dial(ConnConfig{Endpoints: endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // TestRealCluster_CooperativeSticky_EleventhMemberOnlyTakesWhatMoves: ten
 // members share 60 partitions with cooperative-sticky; an eleventh joins.
 // Round one withholds the five partitions that move (one from each of five
@@ -204,11 +215,7 @@ func TestRealCluster_ServerSide_FailoverInTheMiddleOfTheRebalance(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	topic := createTopic(t, ctx, c.Addrs(), partitions)
-	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialCluster(t, c.Addrs())
 	base := Config{
 		Endpoints: c.Addrs(), GroupID: topic, Topics: []string{topic}, ServerSideAssignor: "sticky",
 		// Old members do not watch the group and heartbeat once a
@@ -311,11 +318,7 @@ func TestRealCluster_ServerSide_LeaderKilledBetweenJoinAndSync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	topic := createTopic(t, ctx, c.Addrs(), 6)
-	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialCluster(t, c.Addrs())
 	groups := conn.Groups()
 	join := func(memberID string) (*cohortv1.JoinGroupResponse, error) {
 		return groups.JoinGroup(ctx, &cohortv1.JoinGroupRequest{

@@ -344,6 +344,20 @@ func (r *recorder) get() []string {
 	return slices.Clone(r.events)
 }
 
+// notOwnerAnswer answers an OffsetCommit: every partition stored but
+// refused, which gets NOT_OWNER.
+func notOwnerAnswer(r *cohortv1.OffsetCommitRequest, refused int32) *cohortv1.OffsetCommitResponse {
+	resp := &cohortv1.OffsetCommitResponse{}
+	for _, o := range r.GetOffsets() {
+		res := &cohortv1.OffsetCommitPartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
+		if o.GetPartition() == refused {
+			res.Error, res.ErrorMessage = cohortv1.ErrorCode_ERROR_CODE_NOT_OWNER, fmt.Sprintf("%s/%d is not yours", o.GetTopic(), refused)
+		}
+		resp.Partitions = append(resp.Partitions, res)
+	}
+	return resp
+}
+
 // testConfig is a fast Config against endpoints, recording callbacks.
 func testConfig(rec *recorder, endpoints ...string) Config {
 	return Config{

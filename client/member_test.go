@@ -348,17 +348,7 @@ func TestMember_Commit_PerPartitionErrorsAndStaleGeneration(t *testing.T) {
 	waitFor(t, "assignment", func() bool { return len(rec.get()) == 1 })
 
 	c.mu.Lock()
-	c.commit = func(r *cohortv1.OffsetCommitRequest) *cohortv1.OffsetCommitResponse {
-		resp := &cohortv1.OffsetCommitResponse{}
-		for _, o := range r.GetOffsets() {
-			res := &cohortv1.OffsetCommitPartitionResult{Topic: o.GetTopic(), Partition: o.GetPartition()}
-			if o.GetPartition() == 7 {
-				res.Error, res.ErrorMessage = cohortv1.ErrorCode_ERROR_CODE_NOT_OWNER, "orders/7 is not yours"
-			}
-			resp.Partitions = append(resp.Partitions, res)
-		}
-		return resp
-	}
+	c.commit = func(r *cohortv1.OffsetCommitRequest) *cohortv1.OffsetCommitResponse { return notOwnerAnswer(r, 7) }
 	c.mu.Unlock()
 	err := m.Commit(ctx, []PartitionOffset{
 		{TopicPartition: TopicPartition{"orders", 0}, Offset: 10, Metadata: "m"},

@@ -23,11 +23,7 @@ func TestRealCluster_Watch_MembersHearOfRebalanceBeforeAnyHeartbeat(t *testing.T
 	c := testcluster.Start(t, 3, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conn, err := Dial(ConnConfig{Endpoints: c.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialCluster(t, c.Addrs())
 	if _, err := conn.Topics().CreateTopic(ctx, &cohortv1.CreateTopicRequest{Name: "t", Partitions: 6}); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
