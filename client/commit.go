@@ -93,7 +93,11 @@ func (m *Member) Commit(ctx context.Context, offsets []PartitionOffset) error {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		return m.commitFailed(p, ctx.Err())
+		select {
+		case <-p.done: // answered as ctx ended: the answer is known
+		default:
+			return m.commitFailed(p, ctx.Err())
+		}
 	}
 	if p.err != nil {
 		return m.commitFailed(p, p.err)
