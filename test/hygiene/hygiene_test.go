@@ -18,6 +18,10 @@
 // harness) to another function.
 // A line may opt out with "// hygiene: why", for the rare helper that is
 // safe with t in a goroutine (it only calls t.Error and t.Log).
+//
+// mutants_test.go checks that every mutant of test/mutants still applies
+// to the code, so a moved function fails make test, not only the
+// mutation suite.
 package hygiene
 
 import (
