@@ -173,3 +173,16 @@ func TestLiveness_DoesNotExpectTheChaserBack(t *testing.T) {
 	chase.Note = ""
 	assertFlags(t, Liveness(append(es, chase), Options{}), KindClientNotRecovered)
 }
+
+// A member that left before the heal is not expected back, even when the
+// workload sends one of its held-back commits (a zombie probe) afterwards.
+func TestLiveness_DoesNotExpectAZombieCommitsMemberBack(t *testing.T) {
+	heal := history.Entry{Type: history.TypeEvent, F: history.EvFinalPhase, Start: 10 * s}
+	join := history.Entry{Type: history.TypeOp, Process: 7, F: history.FJoin, Start: 1 * s, End: 2 * s, Outcome: history.OK}
+	zombie := history.Entry{Type: history.TypeOp, Process: 7, F: history.FCommit, Start: 12 * s, End: 12 * s, Outcome: history.Fail,
+		Note: history.NoteZombie + "generation 5 sent after generation 6 was answered"}
+	es := []history.Entry{join, heal, zombie}
+	assertValid(t, Liveness(es, Options{}))
+	zombie.Note = ""
+	assertFlags(t, Liveness([]history.Entry{join, heal, zombie}, Options{}), KindClientNotRecovered)
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/cohortlabs/cohort/chaos/history"
 )
@@ -151,7 +152,11 @@ func Liveness(es []history.Entry, o Options) Result {
 		}
 	}
 	for _, e := range es {
-		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] || e.Note == history.NoteChase {
+		// Neither the chaser's reads nor a held-back zombie commit (sent
+		// for an incarnation that may have left before the heal) are a
+		// client's own work.
+		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] || e.Note == history.NoteChase ||
+			strings.HasPrefix(e.Note, history.NoteZombie) {
 			continue
 		}
 		p, ok := procs[e.Process]

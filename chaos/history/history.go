@@ -87,6 +87,11 @@ const (
 	// the runner saw it elected (not a client that must recover after the
 	// final heal).
 	NoteChase = "chase"
+	// NoteZombie begins the note of a commit the workload held until the
+	// group had moved on and then sent with the old generation: a fencing
+	// probe of a member incarnation that may have left or crashed (not a
+	// client that must recover after the final heal).
+	NoteZombie = "zombie: "
 
 	NemStart = "start"
 	NemStop  = "stop"

@@ -519,7 +519,7 @@ func (w *Groups) zombieCommit(inc *incarnation, req *cohortv1.OffsetCommitReques
 	reply := new(cohortv1.OffsetCommitResponse)
 	start := w.Rec.Now()
 	err := invoker(ctx, method, req, reply, cc, append(opts, c.options()...)...)
-	_ = w.record(inc, start, &c, cc, req, reply, err, "zombie: "+note)
+	_ = w.record(inc, start, &c, cc, req, reply, err, history.NoteZombie+note)
 }
 
 // cutJoin sends a JoinGroup and resets its connection after the given
