@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/cohortlabs/cohort/chaos/history"
 )
@@ -155,8 +154,7 @@ func Liveness(es []history.Entry, o Options) Result {
 		// Neither the chaser's reads nor a held-back zombie commit (sent
 		// for an incarnation that may have left before the heal) are a
 		// client's own work.
-		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] || e.Note == history.NoteChase ||
-			strings.HasPrefix(e.Note, history.NoteZombie) {
+		if e.Type != history.TypeOp || e.F == history.FDescribe || zombies[e.Process] || e.Note == history.NoteChase || e.ZombieProbe() {
 			continue
 		}
 		p, ok := procs[e.Process]

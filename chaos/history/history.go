@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -143,6 +144,10 @@ type Entry struct {
 	// Term of a leader event.
 	Term uint64 `json:"term,omitempty"`
 }
+
+// ZombieProbe reports whether e is a held-back commit the workload sent
+// with an old generation (its note begins with NoteZombie).
+func (e Entry) ZombieProbe() bool { return strings.HasPrefix(e.Note, NoteZombie) }
 
 // Partition is one partition of a topic.
 type Partition struct {

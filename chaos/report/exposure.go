@@ -84,7 +84,7 @@ func Expose(es []history.Entry) Exposure {
 		case e.Type == history.TypeOp && e.F == history.FWrite && e.Outcome == history.OK && e.Note == history.NoteChase:
 			x.ChaserOps++
 		case e.Type == history.TypeOp && e.F == history.FCommit:
-			zombie := strings.HasPrefix(e.Note, history.NoteZombie)
+			zombie := e.ZombieProbe()
 			if zombie {
 				x.ZombieCommits++
 			}
