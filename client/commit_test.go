@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,6 +141,52 @@ func TestCommitQueue_Next_OneGenerationAndMemberPerRequestWithinTheLimits(t *tes
 	}
 	if got := q.next(); got != nil || q.sending || len(q.waiting) != 0 {
 		t.Fatalf("an empty queue: next = %v, sending = %v, %d waiting; want nil, false, 0", got, q.sending, len(q.waiting))
+	}
+}
+
+// TestCommitQueue_NextAfter_CallersThatCommitAgainAtOnceJoinTheNextRequest
+// answers a request of three callers that each commit again as soon as they
+// are answered. Taking the next request after a yield carries their new
+// commits with the one that waited; taken at once (without the yield) it
+// would carry the waiting one alone, and the callers would wait a whole
+// request behind it. On one processor the yield runs the callers it woke
+// first, except when the scheduler takes its periodic turn at the global
+// queue (one schedule in 61), so the test asks this of one of ten tries.
+func TestCommitQueue_NextAfter_CallersThatCommitAgainAtOnceJoinTheNextRequest(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	commit := func() *pendingCommit {
+		return &pendingCommit{ctx: ctx, gen: 1, id: "m", offsets: []PartitionOffset{{TopicPartition: TopicPartition{"t", 0}, Offset: 1}}, done: make(chan struct{})}
+	}
+	best := 0
+	for try := 0; try < 10 && best < 4; try++ {
+		waited := commit()
+		q := &commitQueue{sending: true, waiting: []*pendingCommit{waited}}
+		answered := []*pendingCommit{commit(), commit(), commit()}
+		var again sync.WaitGroup
+		for _, p := range answered {
+			again.Add(1)
+			go func() {
+				defer again.Done()
+				<-p.done
+				q.mu.Lock()
+				q.waiting = append(q.waiting, commit())
+				q.mu.Unlock()
+			}()
+		}
+		runtime.Gosched() // let the callers park on their answers
+		for _, p := range answered {
+			close(p.done)
+		}
+		batch := q.nextAfter(answered)
+		again.Wait()
+		if batch[0] != waited {
+			t.Fatalf("try %d: the commit that waited does not head the next request", try)
+		}
+		best = max(best, len(batch))
+	}
+	if best != 4 {
+		t.Fatalf("the next request carried at most %d commits in ten tries, want 4: the waiting one and the three callers' new ones", best)
 	}
 }
 
