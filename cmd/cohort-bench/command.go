@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ type globalOptions struct {
 	keepDir    bool
 	timeout    time.Duration
 	cpuprofile string
+	trace      string
 	verbose    bool
 	// json prints the results as one JSON document (report.Report).
 	json bool
@@ -99,6 +101,7 @@ Every run is bounded by --timeout; results are printed as tables, or with
 	f.BoolVar(&g.keepDir, "keep-dir", false, "keep the data directory after the run")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	f.StringVar(&g.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --cluster inprocess it includes the nodes)")
+	f.StringVar(&g.trace, "trace", "", "write an execution trace of this process (go tool trace; -pprof=sched shows where goroutines waited for a processor)")
 	f.StringVar(&g.logStore, "log-store", "bolt", "log store of the started cluster's nodes: bolt, or wal (cohortd's --log-store; wal is withdrawn for now, raftnode/logstore.go)")
 	f.StringArrayVar(&g.nodeArgs, "node-arg", nil, "extra cohortd flag for every node of --cluster process, e.g. --node-arg=--pprof (repeatable)")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "log cluster and client events to stderr")
@@ -136,7 +139,8 @@ func (g *globalOptions) checkTLS() error {
 	return nil
 }
 
-// run bounds a subcommand by --timeout and wraps it in the CPU profile.
+// run bounds a subcommand by --timeout and wraps it in the CPU profile
+// and the execution trace.
 func (g *globalOptions) run(cmd *cobra.Command, body func(ctx context.Context, out io.Writer) error) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
@@ -150,6 +154,17 @@ func (g *globalOptions) run(cmd *cobra.Command, body func(ctx context.Context, o
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if g.trace != "" {
+		f, err := os.Create(g.trace)
+		if err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		defer trace.Stop()
 	}
 	if !g.json {
 		return body(ctx, cmd.OutOrStdout())
