@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -214,5 +216,35 @@ func TestCommits_LogStoreFlag(t *testing.T) {
 	root.SetArgs([]string{"--log-store", "rocksdb", "commits"})
 	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), `log store "rocksdb"`) {
 		t.Fatalf("--log-store rocksdb: %v", err)
+	}
+}
+
+// TestTraceAndProfileFlags: --trace and --cpuprofile each leave a file of
+// their kind covering the run.
+func TestTraceAndProfileFlags(t *testing.T) {
+	dir := t.TempDir()
+	tracePath, profPath := filepath.Join(dir, "run.trace"), filepath.Join(dir, "cpu.pprof")
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"--dir", filepath.Join(dir, "cluster"), "--trace", tracePath, "--cpuprofile", profPath,
+		"commits", "--concurrency", "1", "--duration", "200ms"})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("commits with --trace and --cpuprofile: %v\n%s", err, errOut.String())
+	}
+	tr, err := os.ReadFile(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(tr, []byte("go 1.")) || !bytes.Contains(tr[:16], []byte(" trace")) || len(tr) < 1024 {
+		t.Fatalf("--trace wrote %d bytes starting %q, want an execution trace", len(tr), tr[:min(len(tr), 16)])
+	}
+	prof, err := os.ReadFile(profPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prof) < 2 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Fatalf("--cpuprofile wrote %d bytes, want a gzipped profile", len(prof))
 	}
 }
