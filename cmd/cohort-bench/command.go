@@ -144,27 +144,22 @@ func (g *globalOptions) checkTLS() error {
 func (g *globalOptions) run(cmd *cobra.Command, body func(ctx context.Context, out io.Writer) error) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
-	if g.cpuprofile != "" {
-		f, err := os.Create(g.cpuprofile)
+	for _, r := range []struct {
+		what, path string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{"cpu profile", g.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"trace", g.trace, trace.Start, trace.Stop},
+	} {
+		if r.path == "" {
+			continue
+		}
+		stop, err := record(r.what, r.path, r.start, r.stop)
 		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if g.trace != "" {
-		f, err := os.Create(g.trace)
-		if err != nil {
-			return fmt.Errorf("trace: %w", err)
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return fmt.Errorf("trace: %w", err)
-		}
-		defer trace.Stop()
+		defer stop()
 	}
 	if !g.json {
 		return body(ctx, cmd.OutOrStdout())
@@ -175,6 +170,24 @@ func (g *globalOptions) run(cmd *cobra.Command, body func(ctx context.Context, o
 		err = werr
 	}
 	return err
+}
+
+// record starts one of the runtime's recordings (a CPU profile, an
+// execution trace) into a new file at path; the returned func ends it and
+// closes the file.
+func record(what, path string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return func() {
+		stop()
+		f.Close()
+	}, nil
 }
 
 func (g *globalOptions) logger() *slog.Logger {

@@ -237,7 +237,7 @@ func TestTraceAndProfileFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(tr, []byte("go 1.")) || !bytes.Contains(tr[:16], []byte(" trace")) || len(tr) < 1024 {
+	if len(tr) < 1024 || !bytes.HasPrefix(tr, []byte("go 1.")) || !bytes.Contains(tr[:16], []byte(" trace")) {
 		t.Fatalf("--trace wrote %d bytes starting %q, want an execution trace", len(tr), tr[:min(len(tr), 16)])
 	}
 	prof, err := os.ReadFile(profPath)
