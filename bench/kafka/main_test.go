@@ -320,3 +320,18 @@ func TestRun_KfakeInAProcessOfItsOwn(t *testing.T) {
 	}
 	checkRebalanceTable(t, r)
 }
+
+// Heartbeats are counted only while a round runs: the note's round trips
+// must not mix in those of the seconds after forming, when kgo's parsing
+// of every member's first answers holds this process's cores.
+func TestDurations_CountsOnlyWhileOn(t *testing.T) {
+	var l durations
+	l.add(time.Second)
+	l.on.Store(true)
+	l.add(2 * time.Millisecond)
+	l.on.Store(false)
+	l.add(time.Second)
+	if got := l.take(); !slices.Equal(got, []time.Duration{2 * time.Millisecond}) {
+		t.Fatalf("durations kept %v, want only the one added while on: [2ms]", got)
+	}
+}

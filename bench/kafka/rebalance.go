@@ -95,13 +95,18 @@ type member struct {
 	heartbeats *durations
 }
 
-// durations is a list of durations many members append to.
+// durations is a list of durations many members append to, while it is
+// on.
 type durations struct {
+	on atomic.Bool
 	mu sync.Mutex
 	d  []time.Duration
 }
 
 func (l *durations) add(d time.Duration) {
+	if !l.on.Load() {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.d = append(l.d, d)
@@ -393,8 +398,13 @@ type groupResult struct {
 	terms    []uint64        // elections during each round (replicated targets only)
 	closeDur time.Duration   // closing every member
 	rssMiB   int             // the process's resident memory with the group formed, -1 unknown
-	// heartbeats are the round trips of every heartbeat from the group's
-	// forming until the last round's end.
+	// heartbeats are the round trips of the heartbeats answered while a
+	// round ran, from its start to its end. Not those between rounds:
+	// just after the group forms, each member fetches its offsets and
+	// the metadata of a topic of size+rounds partitions, and kgo's
+	// parsing of those answers keeps this process's cores busy for
+	// seconds (at 1,000 members), which delays every answer read here,
+	// a heartbeat's included, whichever the target.
 	heartbeats []time.Duration
 	err        error
 }
@@ -448,7 +458,6 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 	}
 	res.formed = time.Since(start)
 	res.rssMiB = rssMiB()
-	g.heartbeats.take() // the rounds' heartbeats only, from here
 	defer func() { res.heartbeats = g.heartbeats.take() }()
 	if err := g.checkProtocol(); err != nil {
 		res.err = fmt.Errorf("%s, %d members forming: %w", t.name, size, err)
@@ -463,11 +472,13 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 		}
 		index0, term0 := indexOf(t), termOf(t)
 		start := time.Now()
+		g.heartbeats.on.Store(true)
 		if err := g.join(); err != nil {
 			res.err = err
 			return res
 		}
 		next, err := g.waitStable(ctx, gen, o.roundTimeout)
+		g.heartbeats.on.Store(false)
 		if err != nil {
 			res.err = fmt.Errorf("%s, %d members, round %d: %w", t.name, size+r, r+1, err)
 			return res
