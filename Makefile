@@ -64,6 +64,7 @@ bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkStateHeap' -benchtime 1x -timeout 30m ./fsm/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./raftnode/
 	$(GO) test -run '^$$' -bench . ./assign/
+	$(GO) test -run '^$$' -bench '^BenchmarkServe_Heartbeat' -benchtime 3s ./kafka/
 
 # The embedded etcd comparison target (bench/etcd, a module of its own so etcd
 # stays out of go.mod): Put on three etcd members at cohort-bench commits'
