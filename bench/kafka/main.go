@@ -178,6 +178,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == stepsCommand {
+		if err := steps(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "kafka-bench steps:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	fs := flag.NewFlagSet("kafka-bench", flag.ExitOnError)
 	var o options
 	o.register(fs)

@@ -298,10 +298,19 @@ func TestRun_Logs_NodesAndConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two members form each group and a third joins: m0–m2 on each target.
-	for _, want := range []string{" cohort m0 ", " cohort m2 ", " kfake m0 ", " kfake m2 ", "joined", "synced"} {
+	for _, want := range []string{" cohort m0 ", " cohort m2 ", " kfake m0 ", " kfake m2 ", "joined", "synced", " cohort round 0 start", " kfake round 0 end"} {
 		if !bytes.Contains(clients, []byte(want)) {
 			t.Errorf("--client-log file lacks %q", want)
 		}
+	}
+	// The steps subcommand reads the file back: one round on each target,
+	// each with at least one generation's steps.
+	var steps bytes.Buffer
+	if err := writeSteps(bytes.NewReader(clients), &steps); err != nil {
+		t.Fatalf("steps of the run's client log: %v", err)
+	}
+	if !strings.Contains(steps.String(), "cohort: 1 rounds, kfake: 1 rounds") || !strings.Contains(steps.String(), "1            "+stepNames[2]) {
+		t.Errorf("steps of the run's client log lack a round per target or generation 1's sync step:\n%s", &steps)
 	}
 }
 

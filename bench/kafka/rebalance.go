@@ -472,6 +472,9 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 		}
 		index0, term0 := indexOf(t), termOf(t)
 		start := time.Now()
+		if g.log != nil {
+			roundMark(g.log, t.name, r, markStart)
+		}
 		g.heartbeats.on.Store(true)
 		if err := g.join(); err != nil {
 			res.err = err
@@ -484,6 +487,9 @@ func measureGroup(ctx context.Context, o options, t *target, bal kgo.GroupBalanc
 			return res
 		}
 		end := time.Now()
+		if g.log != nil {
+			roundMark(g.log, t.name, r, markEnd)
+		}
 		if err := g.checkProtocol(); err != nil {
 			res.err = fmt.Errorf("%s, %d members, round %d: %w", t.name, size+r, r+1, err)
 			return res
