@@ -45,10 +45,10 @@ func roundMark(w io.Writer, target string, round int, what string) {
 // end, and when members wrote a JoinGroup, when the group leader began
 // balancing (once per generation) and when members synced.
 type roundEvents struct {
-	start, end      time.Duration
-	joins, synced   []time.Duration
-	leaders         []time.Duration
-	started, closed bool
+	start, end    time.Duration
+	joins, synced []time.Duration
+	leaders       []time.Duration
+	closed        bool // the round's end was logged
 }
 
 // step names, in order, for each generation of a round.
@@ -126,7 +126,7 @@ func readRounds(in io.Reader) (targets []string, rounds map[string][]*roundEvent
 			}
 			switch f[4] {
 			case markStart:
-				r := &roundEvents{start: t, started: true}
+				r := &roundEvents{start: t}
 				current[target] = r
 				rounds[target] = append(rounds[target], r)
 			case markEnd:
