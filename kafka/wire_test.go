@@ -29,12 +29,12 @@ import (
 // raw is a bare Kafka connection: requests written and answers read by
 // hand, so that a test controls every byte.
 type raw struct {
-	t    *testing.T
+	t    testing.TB
 	nc   net.Conn
 	corr int32
 }
 
-func dial(t *testing.T, addr string) *raw {
+func dial(t testing.TB, addr string) *raw {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -278,7 +278,7 @@ func TestWire_KafkaAndGRPCGroupsDoNotMix(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gRPC join: %v", err)
 	}
-	if code := joinKafka(r, "grpc-first"); code != kerr.InconsistentGroupProtocol.Code {
+	if code := joinKafka(r, "grpc-first").ErrorCode; code != kerr.InconsistentGroupProtocol.Code {
 		t.Fatalf("a Kafka member joining a gRPC group: error %d, want INCONSISTENT_GROUP_PROTOCOL", code)
 	}
 	if g, _ := c.Nodes[leader].FSM.Group("grpc-first"); g == nil || g.Members.Len() != 1 || g.Members.Slice()[0].ID != first.GetMemberId() {
@@ -286,7 +286,7 @@ func TestWire_KafkaAndGRPCGroupsDoNotMix(t *testing.T) {
 	}
 
 	// A Kafka group first: a gRPC member is refused.
-	if code := joinKafka(r, "kafka-first"); code != 0 {
+	if code := joinKafka(r, "kafka-first").ErrorCode; code != 0 {
 		t.Fatalf("Kafka join: error %d", code)
 	}
 	grpcJoin.GroupId = "kafka-first"
@@ -307,8 +307,8 @@ func joinGRPC(ctx context.Context, c *testcluster.Cluster, node int, req *cohort
 }
 
 // joinKafka joins group as a new Kafka consumer (JoinGroup v9, with the
-// MEMBER_ID_REQUIRED round trip) and returns the final error code.
-func joinKafka(r *raw, group string) int16 {
+// MEMBER_ID_REQUIRED round trip) and returns the final answer.
+func joinKafka(r *raw, group string) *kmsg.JoinGroupResponse {
 	meta := kmsg.NewConsumerMemberMetadata()
 	meta.Topics = []string{"orders"}
 	req := kmsg.NewPtrJoinGroupRequest()
@@ -320,7 +320,7 @@ func joinKafka(r *raw, group string) int16 {
 		req.MemberID = resp.MemberID
 		resp = r.do(req).(*kmsg.JoinGroupResponse)
 	}
-	return resp.ErrorCode
+	return resp
 }
 
 // TestWire_FetchAndListOffsetsAnswerAnEmptyLog: ListOffsets answers 0 for

@@ -233,7 +233,7 @@ func (g *consumerGroup) join() error {
 		prefix := fmt.Sprintf(" %s m%d ", g.t.name, len(g.members))
 		g.mu.Unlock()
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(g.log, kgo.LogLevelInfo, func() string {
-			return time.Now().Format("15:04:05.000000") + prefix
+			return time.Now().Format(logTime) + prefix
 		})))
 	}
 	cl, err := kgo.NewClient(opts...)
