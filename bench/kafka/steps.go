@@ -48,7 +48,6 @@ type roundEvents struct {
 	start, end    time.Duration
 	joins, synced []time.Duration
 	leaders       []time.Duration
-	closed        bool // the round's end was logged
 }
 
 // step names, in order, for each generation of a round.
@@ -97,7 +96,8 @@ func within(ts []time.Duration, from, until time.Duration) []time.Duration {
 
 // readRounds reads a client log into each target's rounds, in the order
 // the targets first appear. Lines of members outside a round (forming,
-// closing) are dropped.
+// closing) are dropped, and so is a round whose end was not logged (a run
+// that failed in it).
 func readRounds(in io.Reader) (targets []string, rounds map[string][]*roundEvents, err error) {
 	rounds = map[string][]*roundEvents{}
 	current := map[string]*roundEvents{}
@@ -121,17 +121,16 @@ func readRounds(in io.Reader) (targets []string, rounds map[string][]*roundEvent
 		last = t
 		target := f[1]
 		if f[2] == "round" && len(f) == 5 {
-			if _, ok := rounds[target]; !ok {
-				targets = append(targets, target)
-			}
 			switch f[4] {
 			case markStart:
-				r := &roundEvents{start: t}
-				current[target] = r
-				rounds[target] = append(rounds[target], r)
+				if !slices.Contains(targets, target) {
+					targets = append(targets, target)
+				}
+				current[target] = &roundEvents{start: t}
 			case markEnd:
 				if r := current[target]; r != nil {
-					r.end, r.closed = t, true
+					r.end = t
+					rounds[target] = append(rounds[target], r)
 				}
 				current[target] = nil
 			default:
@@ -171,17 +170,14 @@ func writeSteps(in io.Reader, out io.Writer) error {
 	}
 	// medians[target][generation][step]
 	medians := map[string][][]time.Duration{}
-	counts := map[string]int{}
 	gens := 0
-	for _, tg := range targets {
+	counts := make([]string, len(targets))
+	for i, tg := range targets {
+		counts[i] = fmt.Sprintf("%s: %d rounds", tg, len(rounds[tg]))
 		var per [][][]time.Duration // [generation][step][round]
 		for _, r := range rounds[tg] {
-			if !r.closed {
-				continue
-			}
-			counts[tg]++
 			for g, steps := range r.generationSteps() {
-				for len(per) <= g {
+				if g == len(per) {
 					per = append(per, make([][]time.Duration, len(stepNames)))
 				}
 				for s, d := range steps {
@@ -190,43 +186,31 @@ func writeSteps(in io.Reader, out io.Writer) error {
 			}
 		}
 		for _, g := range per {
-			var row []time.Duration
-			for _, ds := range g {
-				p50, _, _ := report.Percentiles(ds)
-				row = append(row, p50)
+			row := make([]time.Duration, len(g))
+			for s, ds := range g {
+				row[s], _, _ = report.Percentiles(ds)
 			}
 			medians[tg] = append(medians[tg], row)
 		}
 		gens = max(gens, len(per))
 	}
-	fmt.Fprintf(out, "steps of a round, median over the rounds (%s)\n", roundCounts(targets, counts))
-	fmt.Fprintf(out, "%-12s %-40s", "generation", "step")
-	for _, tg := range targets {
-		fmt.Fprintf(out, " %10s", tg)
-	}
-	fmt.Fprintln(out)
+	fmt.Fprintf(out, "steps of a round, median over the rounds (%s)\n", strings.Join(counts, ", "))
+	t := report.NewTable(out, append([]string{"generation", "step"}, targets...)...)
 	for g := range gens {
 		for s, name := range stepNames {
-			fmt.Fprintf(out, "%-12d %-40s", g+1, name)
+			cells := []string{strconv.Itoa(g + 1), name}
 			for _, tg := range targets {
 				cell := "-"
 				if g < len(medians[tg]) {
 					cell = report.MS(medians[tg][g][s])
 				}
-				fmt.Fprintf(out, " %10s", cell)
+				cells = append(cells, cell)
 			}
-			fmt.Fprintln(out)
+			t.Row(cells...)
 		}
 	}
+	t.Flush()
 	return nil
-}
-
-func roundCounts(targets []string, counts map[string]int) string {
-	parts := make([]string, len(targets))
-	for i, tg := range targets {
-		parts[i] = tg + ": " + strconv.Itoa(counts[tg]) + " rounds"
-	}
-	return strings.Join(parts, ", ")
 }
 
 // steps is the steps subcommand: one argument, the client log.

@@ -40,14 +40,7 @@ func TestSteps_MediansPerGenerationAndTarget(t *testing.T) {
 	if !strings.Contains(out.String(), "cohort: 1 rounds, kfake: 1 rounds") {
 		t.Errorf("steps output does not count one round per target:\n%s", &out)
 	}
-	// Each row's cells: generation, step, cohort, kfake.
-	rows := map[string][2]string{}
-	for line := range strings.Lines(out.String()) {
-		cells := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
-		if len(cells) == 4 {
-			rows[cells[0]+" "+cells[1]] = [2]string{cells[2], cells[3]}
-		}
-	}
+	rows := stepRows(out.String())
 	want := map[string][2]string{
 		// cohort, generation 1: joins 10 → 100 ms, leader at 130, last sync at 170.
 		// kfake, generation 1: joins 5 → 45, leader at 55, sync at 75.
@@ -74,4 +67,17 @@ func TestSteps_RefusesALogWithoutRoundMarks(t *testing.T) {
 	if err := steps(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "want one argument") {
 		t.Fatalf("no argument gave %v, want an error asking for the file", err)
 	}
+}
+
+// stepRows is the steps table's rows by "generation step", each with its
+// cohort and kfake cells.
+func stepRows(out string) map[string][2]string {
+	rows := map[string][2]string{}
+	for line := range strings.Lines(out) {
+		cells := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+		if len(cells) == 4 {
+			rows[cells[0]+" "+cells[1]] = [2]string{cells[2], cells[3]}
+		}
+	}
+	return rows
 }
