@@ -143,8 +143,15 @@ cmd_run() {
 	dir=$scratch_base/run.$$
 	copy_tree "$dir"
 	trap 'rm -rf "$scratch_base/run.$$"' EXIT
-	local failed=0 name patch verdict start secs k out results=()
-	for name in "${names[@]}"; do
+	local failed=0 name patch verdict start secs k out results=() next=0
+	while :; do
+		if [ -n "${MUTANTS_QUEUE:-}" ]; then
+			name=$(pop_queue "$MUTANTS_QUEUE") || break
+		else
+			[ $next -lt ${#names[@]} ] || break
+			name=${names[$next]}
+			next=$((next + 1))
+		fi
 		patch=$mutdir/$name.patch
 		[ -f "$patch" ] || die "no mutant $name ($patch)"
 		start=$(date +%s)
@@ -249,6 +256,30 @@ cmd_run() {
 # mutant; their reports follow one another once all are done. Most kill
 # lines wait (for a timeout, for processes to start) more than they
 # compute, so two at a time on two cores take about two thirds of the time.
+# pop_queue prints the first name in the queue file and removes it; it
+# fails when the queue is empty. The workers share the file under a lock.
+pop_queue() {
+	flock "$1.lock" bash -c 'n=$(head -n 1 "$1") && [ -n "$n" ] && sed -i 1d "$1" && echo "$n"' _ "$1"
+}
+
+# slow_first orders the names so that mutants whose kill lines start
+# processes or clusters (the longest runs) are taken first: a long run
+# taken last would leave the other workers idle at the end.
+slow_first() {
+	local name slow=() rest=()
+	for name in "$@"; do
+		if grep -qE '^# kill: .* \./(test/ops|kafka|cmd/cohortd|cluster|client)/' "$mutdir/$name.patch" 2>/dev/null; then
+			slow+=("$name")
+		else
+			rest+=("$name")
+		fi
+	done
+	printf '%s\n' "${slow[@]}" "${rest[@]}"
+}
+
+# run_shards runs MUTANTS_JOBS workers side by side, each in a scratch
+# copy of its own, taking the next mutant from a shared queue when it is
+# done with one, so that no worker idles while another has a backlog.
 run_shards() {
 	local with_chaos=$1 baseline=$2
 	shift 2
@@ -257,14 +288,10 @@ run_shards() {
 	[ "$baseline" -eq 1 ] && flags+=(--baseline)
 	local logs
 	logs=$(mktemp -d)
+	slow_first "$@" | grep -v '^$' >"$logs/queue"
+	[ "$jobs" -le $# ] || jobs=$#
 	for ((i = 0; i < jobs; i++)); do
-		local shard=() j
-		for ((j = i; j < $#; j += jobs)); do
-			local idx=$((j + 1))
-			shard+=("${!idx}")
-		done
-		[ ${#shard[@]} -eq 0 ] && continue
-		MUTANTS_JOBS=1 "$0" run "${flags[@]}" "${shard[@]}" >"$logs/$i.log" 2>&1 &
+		MUTANTS_JOBS=1 MUTANTS_QUEUE="$logs/queue" "$0" run "${flags[@]}" >"$logs/$i.log" 2>&1 &
 		pids+=($!)
 	done
 	for i in "${!pids[@]}"; do
