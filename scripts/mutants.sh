@@ -251,11 +251,6 @@ cmd_run() {
 	fi
 }
 
-# run_shards WITH_CHAOS BASELINE NAME...: MUTANTS_JOBS runs of this script
-# side by side, each on its own scratch copy and every MUTANTS_JOBS-th
-# mutant; their reports follow one another once all are done. Most kill
-# lines wait (for a timeout, for processes to start) more than they
-# compute, so two at a time on two cores take about two thirds of the time.
 # pop_queue prints the first name in the queue file and removes it; it
 # fails when the queue is empty. The workers share the file under a lock.
 pop_queue() {
@@ -277,9 +272,13 @@ slow_first() {
 	printf '%s\n' "${slow[@]}" "${rest[@]}"
 }
 
-# run_shards runs MUTANTS_JOBS workers side by side, each in a scratch
-# copy of its own, taking the next mutant from a shared queue when it is
-# done with one, so that no worker idles while another has a backlog.
+# run_shards WITH_CHAOS BASELINE NAME...: MUTANTS_JOBS runs of this script
+# side by side, each on its own scratch copy, each taking the next mutant
+# from a shared queue when it is done with one, so that no worker idles
+# while another has a backlog; their reports follow one another once all
+# are done. Most kill lines wait (for a timeout, for processes to start)
+# more than they compute, so on two cores several at a time take less
+# time than one after another.
 run_shards() {
 	local with_chaos=$1 baseline=$2
 	shift 2
