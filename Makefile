@@ -137,7 +137,7 @@ mutants: chaos-bin
 	scripts/mutants.sh run
 
 mutants-tests:
-	MUTANTS_JOBS=3 scripts/mutants.sh run --no-chaos
+	MUTANTS_JOBS=2 scripts/mutants.sh run --no-chaos
 
 clean:
 	rm -rf $(BIN)
