@@ -132,7 +132,7 @@ cmd_run() {
 		esac
 		shift
 	done
-	if [ ${#names[@]} -eq 0 ]; then
+	if [ ${#names[@]} -eq 0 ] && [ -z "${MUTANTS_QUEUE:-}" ]; then
 		local p
 		for p in "$mutdir"/*.patch; do names+=("$(basename "$p" .patch)"); done
 	fi
