@@ -147,7 +147,7 @@ underscores), e.g. COHORT_RAFT_ADDR; the command line wins.`,
 	}
 	f.DurationVar(&o.offsetsRetention, "offsets-retention", cd.OffsetsRetention, "how long offsets of a group without members are kept (Kafka's offsets.retention.minutes)")
 	f.DurationVar(&o.retentionCheck, "offsets-retention-check-interval", cd.OffsetsRetentionCheckInterval, "how often the leader sweeps expired offsets")
-	f.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM), naming node/<node-id> (URI SAN cohort://node/<node-id>): TLS on the Raft and gRPC ports, and what the node presents to other nodes")
+	f.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM), naming node/<node-id> (URI SAN cohort://node/<node-id>): TLS on the Raft, gRPC and Kafka ports, and what the node presents to other nodes")
 	f.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
 	f.StringVar(&o.tls.CA, "tls-ca", "", "CA bundle (PEM) that signs the certificates of nodes and clients")
 	f.StringVar(&o.tokenFile, "token-file", "", "bearer tokens accepted on gRPC, one per line: token,role,name (roles: admin, client, node); with TLS, callers may use a token instead of a client certificate")

@@ -21,6 +21,5 @@ version=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 # The classic builder and BuildKit both treat `scratch` as built in, so
 # nothing is pulled.
 docker build --label "org.opencontainers.image.revision=$version" \
-	--label "org.opencontainers.image.source=https://github.com/cohortlabs/cohort" \
 	-t "$image" "$ctx"
 echo "built image $image ($version)"
