@@ -83,27 +83,31 @@ func (c *call) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGroup
 
 func (c *call) consumerGroupDescribe(ctx context.Context, r *kmsg.ConsumerGroupDescribeRequest) kmsg.Response {
 	resp := kmsg.NewPtrConsumerGroupDescribeResponse()
+	ids := unique(r.Groups)
+	if len(ids) == 0 {
+		return resp // the engine would read no IDs as every group
+	}
 	fail := func(code int16, err error) kmsg.Response {
-		for _, id := range r.Groups {
+		for _, id := range ids {
 			g := kmsg.NewConsumerGroupDescribeResponseGroup()
 			g.Group, g.ErrorCode, g.ErrorMessage = id, code, errMessage(err)
 			resp.Groups = append(resp.Groups, g)
 		}
 		return resp
 	}
-	if err := c.authorize(cohortv1.GroupCoordinator_DescribeGroups_FullMethodName, &cohortv1.DescribeGroupsRequest{GroupIds: r.Groups}); err != nil {
+	if err := c.authorize(cohortv1.GroupCoordinator_DescribeGroups_FullMethodName, &cohortv1.DescribeGroupsRequest{GroupIds: ids}); err != nil {
 		return fail(kerr.GroupAuthorizationFailed.Code, err)
 	}
-	groups, err := c.s.cfg.Engine.ConsumerGroups(ctx, r.Groups)
+	groups, err := c.s.cfg.Engine.ConsumerGroups(ctx, ids)
 	if err != nil {
 		return fail(kafkaCode(err), err)
 	}
 	reveal := c.s.authz.RevealsMemberIDsTo(c.c.principal)
 	for i, g := range groups {
 		dg := kmsg.NewConsumerGroupDescribeResponseGroup()
-		dg.Group = r.Groups[i]
+		dg.Group = ids[i]
 		if g == nil {
-			dg.ErrorCode, dg.ErrorMessage = kerr.GroupIDNotFound.Code, ptr("no consumer group "+r.Groups[i])
+			dg.ErrorCode, dg.ErrorMessage = kerr.GroupIDNotFound.Code, ptr("no consumer group "+ids[i])
 			resp.Groups = append(resp.Groups, dg)
 			continue
 		}

@@ -14,7 +14,7 @@ import (
 
 func (c *call) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsRequest) kmsg.Response {
 	resp := kmsg.NewPtrDescribeGroupsResponse()
-	req := &cohortv1.DescribeGroupsRequest{GroupIds: r.Groups}
+	req := &cohortv1.DescribeGroupsRequest{GroupIds: r.Groups, PageSize: largestPage}
 	fail := func(code int16, err error) kmsg.Response {
 		for _, id := range r.Groups {
 			g := kmsg.NewDescribeGroupsResponseGroup()

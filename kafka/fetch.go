@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
 // fetch answers every partition as an empty log positioned at the offset
@@ -15,8 +16,12 @@ import (
 // offset never moves it (no OFFSET_OUT_OF_RANGE, no reset). It waits the
 // request's max wait first (capped), as a broker with no new data does,
 // so a consumer's fetch loop does not spin. Fetch sessions are declined
-// (session ID 0): each fetch is a full one.
-func (s *Server) fetch(r *kmsg.FetchRequest) kmsg.Response {
+// (session ID 0): each fetch is a full one. A caller who may not list
+// topics learns nothing of them (which partitions exist), as from
+// Metadata: every partition is TOPIC_AUTHORIZATION_FAILED.
+func (c *call) fetch(r *kmsg.FetchRequest) kmsg.Response {
+	s := c.s
+	allowed := c.mayListTopics()
 	resp := kmsg.NewPtrFetchResponse()
 	for _, t := range r.Topics {
 		rt := kmsg.NewFetchResponseTopic()
@@ -25,11 +30,15 @@ func (s *Server) fetch(r *kmsg.FetchRequest) kmsg.Response {
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition, rp.PreferredReadReplica = p.Partition, -1
-			if p.Partition < 0 || p.Partition >= n {
+			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = p.FetchOffset, p.FetchOffset, 0
+			switch {
+			case !allowed:
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			case p.Partition < 0 || p.Partition >= n:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			}
+			if rp.ErrorCode != 0 {
 				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
-			} else {
-				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = p.FetchOffset, p.FetchOffset, 0
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
@@ -48,18 +57,23 @@ func (s *Server) fetch(r *kmsg.FetchRequest) kmsg.Response {
 }
 
 // listOffsets answers offset 0 for every partition, whatever the
-// timestamp asked for: an empty log's start and end.
-func (s *Server) listOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
+// timestamp asked for: an empty log's start and end (to a caller who may
+// list topics; TOPIC_AUTHORIZATION_FAILED to one who may not, as fetch).
+func (c *call) listOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
+	allowed := c.mayListTopics()
 	resp := kmsg.NewPtrListOffsetsResponse()
 	for _, t := range r.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
 		rt.Topic = t.Topic
-		n, _ := s.topicPartitions(t.Topic)
+		n, _ := c.s.topicPartitions(t.Topic)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition, rp.Timestamp, rp.LeaderEpoch = p.Partition, -1, -1
 			rp.Offset = 0 // kmsg's default is -1, which clients refuse as an offset
-			if p.Partition < 0 || p.Partition >= n {
+			switch {
+			case !allowed:
+				rp.ErrorCode, rp.Offset = kerr.TopicAuthorizationFailed.Code, -1
+			case p.Partition < 0 || p.Partition >= n:
 				rp.ErrorCode, rp.Offset = kerr.UnknownTopicOrPartition.Code, -1
 			}
 			rt.Partitions = append(rt.Partitions, rp)
@@ -67,6 +81,12 @@ func (s *Server) listOffsets(r *kmsg.ListOffsetsRequest) kmsg.Response {
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// mayListTopics is whether the caller may learn the topics: the right
+// Metadata asks for.
+func (c *call) mayListTopics() bool {
+	return c.authorize(cohortv1.Topics_ListTopics_FullMethodName, &cohortv1.ListTopicsRequest{}) == nil
 }
 
 // topicPartitions is a topic's partition count in this node's registry.

@@ -142,11 +142,16 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			}
 			return
 		}
+		seen := make(map[string]bool, len(r.Topics))
 		for _, t := range r.Topics {
 			name := ""
 			if t.Topic != nil {
 				name = *t.Topic
 			}
+			if seen[name] {
+				continue // answered once, as Kafka does
+			}
+			seen[name] = true
 			n, _ := st.Partitions(name)
 			known = append(known, fsm.TopicPartitionCount{Name: name, Partitions: n})
 		}

@@ -72,7 +72,12 @@ func (c *call) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 		}
 		return resp
 	}
+	seen := make(map[string]bool, len(r.Groups))
 	for _, rg := range r.Groups {
+		if seen[rg.Group] {
+			continue // answered once: a group's offsets may be most of the state
+		}
+		seen[rg.Group] = true
 		resp.Groups = append(resp.Groups, c.fetchGroup(ctx, rg.Group, rg.Topics, rg.Topics == nil))
 	}
 	return resp
@@ -84,7 +89,7 @@ func (c *call) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 func (c *call) fetchGroup(ctx context.Context, group string, topics []kmsg.OffsetFetchRequestGroupTopic, all bool) kmsg.OffsetFetchResponseGroup {
 	g := kmsg.NewOffsetFetchResponseGroup()
 	g.Group = group
-	req := &cohortv1.OffsetFetchRequest{GroupId: group}
+	req := &cohortv1.OffsetFetchRequest{GroupId: group, PageSize: largestPage}
 	if !all {
 		for _, t := range topics {
 			req.Partitions = append(req.Partitions, &cohortv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})

@@ -272,8 +272,11 @@ func (s *Server) serveConn(nc net.Conn) {
 			s.log.Warn("kafka request refused: its size is out of range; closing the connection", "remote", nc.RemoteAddr(), "size", n, "max", s.cfg.MaxRequestBytes)
 			return
 		}
-		frame := make([]byte, n)
-		if _, err := io.ReadFull(r, frame); err != nil {
+		// The body must follow within the request timeout: the idle
+		// timeout is for the quiet between requests, not a stalled one.
+		_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
+		frame, err := readFrame(r, int(n))
+		if err != nil {
 			return
 		}
 		_ = c.nc.SetReadDeadline(time.Time{})
@@ -293,6 +296,26 @@ func (s *Server) serveConn(nc net.Conn) {
 		if c.out = out[:0]; cap(c.out) > maxKeptAnswerBytes {
 			c.out = nil
 		}
+	}
+}
+
+// frameChunk is the buffer a request's body starts in; it doubles as the
+// body arrives.
+const frameChunk = 64 << 10
+
+// readFrame reads a request body of n bytes. The size is the client's
+// claim: the buffer grows as the bytes arrive, so a client that announces
+// the largest request and sends little of it holds about what it sent.
+func readFrame(r io.Reader, n int) ([]byte, error) {
+	frame := make([]byte, min(n, frameChunk))
+	for got := 0; ; got = len(frame) {
+		if _, err := io.ReadFull(r, frame[got:]); err != nil {
+			return nil, err
+		}
+		if len(frame) == n {
+			return frame, nil
+		}
+		frame = append(frame, make([]byte, min(n-len(frame), len(frame)))...)
 	}
 }
 
@@ -375,6 +398,9 @@ func (s *Server) handle(c *conn, frame []byte) ([]byte, error) {
 	if err := req.ReadFrom(body); err != nil {
 		return nil, fmt.Errorf("%s v%d: malformed: %v", kmsg.NameForKey(h.key), h.version, err)
 	}
+	if err := s.overLimit(req); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	resp := s.serve(c, h, req)
 	resp.SetVersion(h.version)
@@ -449,9 +475,9 @@ func (s *Server) serve(c *conn, h header, req kmsg.Request) kmsg.Response {
 	case *kmsg.CreatePartitionsRequest:
 		return cl.createPartitions(ctx, r)
 	case *kmsg.FetchRequest:
-		return s.fetch(r)
+		return cl.fetch(r)
 	case *kmsg.ListOffsetsRequest:
-		return s.listOffsets(r)
+		return cl.listOffsets(r)
 	}
 	panic(fmt.Sprintf("kafka: API %s is in the table but has no handler", kmsg.NameForKey(h.key)))
 }

@@ -1,0 +1,269 @@
+package kafka_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/internal/testcluster"
+)
+
+// Hostile input on the wire: requests a real client never sends, each of
+// which must be refused or answered at a bounded cost, leaving the node
+// serving and the committed state as it was.
+
+// auditBudgets are small budgets, so that a request naming one item more
+// than a budget allows is small too.
+func auditBudgets() fsm.Budgets {
+	b := fsm.DefaultBudgets()
+	b.Topics, b.Groups, b.MembersPerGroup, b.Partitions = 6, 6, 4, 40
+	return b
+}
+
+// startAuditCluster is a one-node cluster serving Kafka under
+// auditBudgets, with the topic orders (4 partitions) and a consumer group
+// (KIP-848) "cg" of one member.
+func startAuditCluster(t *testing.T) *testcluster.Cluster {
+	t.Helper()
+	opts := testcluster.Options{Coordinator: testcluster.DefaultCoordinator(), Kafka: true}
+	opts.Coordinator.Budgets = auditBudgets()
+	opts.Coordinator.ConsumerHeartbeatInterval = 100 * time.Millisecond
+	c := testcluster.Start(t, 1, opts)
+	waitBrokers(t, c)
+	r := dial(t, c.KafkaAddr(0))
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.SetVersion(7)
+	ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "orders", NumPartitions: 4, ReplicationFactor: -1}}
+	if code := r.do(ct).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode; code != 0 {
+		t.Fatalf("create orders: %v", kerr.ErrorForCode(code))
+	}
+	testcluster.WaitFor(t, 10*time.Second, "the budgets and orders applied", func() (bool, string) {
+		var n int32
+		c.Nodes[0].FSM.Read(func(s *fsm.State) { n, _ = s.Partitions("orders") })
+		return n == 4 && c.Nodes[0].FSM.Budgets() == auditBudgets(), fmt.Sprintf("orders has %d partitions, budgets %+v", n, c.Nodes[0].FSM.Budgets())
+	})
+	if resp := cgh(r, "cg", "member-1", 0, []string{"orders"}, nil, 30_000); resp.ErrorCode != 0 {
+		t.Fatalf("consumer group join: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	return c
+}
+
+// sendOnly writes req without reading an answer.
+func (r *raw) sendOnly(req kmsg.Request) {
+	r.t.Helper()
+	r.corr++
+	r.send(kmsg.NewRequestFormatter(kmsg.FormatterClientID("audit")).AppendRequest(nil, req, r.corr))
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// TestHostile_ConsumerGroupDescribeOfNoGroups: a ConsumerGroupDescribe
+// naming no group is answered with no group. (It once asked the engine for
+// every consumer group, nil meaning all, and indexed the request's empty
+// list with their positions: a panic that took the node down.)
+func TestHostile_ConsumerGroupDescribeOfNoGroups(t *testing.T) {
+	c := startAuditCluster(t)
+	r := dial(t, c.KafkaAddr(0))
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{}
+	if resp := r.do(req).(*kmsg.ConsumerGroupDescribeResponse); len(resp.Groups) != 0 {
+		t.Fatalf("ConsumerGroupDescribe of no group answered %d groups, want none", len(resp.Groups))
+	}
+	apiVersionsOK(t, c.KafkaAddr(0))
+}
+
+// TestHostile_RepeatedNamesAreAnsweredOnce: a topic or group named many
+// times in one request is answered once, as Kafka's broker answers
+// Metadata (and as DescribeGroups already did): otherwise one small request
+// naming a topic of many partitions, or a large group, thousands of times
+// is an answer thousands of times that size.
+func TestHostile_RepeatedNamesAreAnsweredOnce(t *testing.T) {
+	c := startAuditCluster(t)
+	r := dial(t, c.KafkaAddr(0))
+
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(12)
+	for _, name := range []string{"orders", "missing", "orders", "orders", "missing"} {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		md.Topics = append(md.Topics, mt)
+	}
+	if got := r.do(md).(*kmsg.MetadataResponse).Topics; len(got) != 2 || *got[0].Topic != "orders" || len(got[0].Partitions) != 4 || *got[1].Topic != "missing" {
+		t.Fatalf("Metadata naming orders thrice and missing twice answered %d topics, want orders (4 partitions) and missing once each", len(got))
+	}
+
+	cgd := kmsg.NewPtrConsumerGroupDescribeRequest()
+	cgd.Groups = []string{"cg", "cg", "cg"}
+	if got := r.do(cgd).(*kmsg.ConsumerGroupDescribeResponse).Groups; len(got) != 1 || got[0].Group != "cg" || len(got[0].Members) != 1 {
+		t.Fatalf("ConsumerGroupDescribe naming cg thrice answered %d groups, want cg once", len(got))
+	}
+
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.SetVersion(8)
+	for range 3 {
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group = "cg"
+		of.Groups = append(of.Groups, g)
+	}
+	if got := r.do(of).(*kmsg.OffsetFetchResponse).Groups; len(got) != 1 || got[0].Group != "cg" {
+		t.Fatalf("OffsetFetch naming cg thrice answered %d groups, want cg once", len(got))
+	}
+}
+
+// TestHostile_ArraysOverTheBudgetsCloseTheConnection: a request whose
+// list names more groups, topics, partitions or members than the
+// cluster's budgets let exist (more states than a group can be in) is
+// refused before any work, as a malformed request is: the connection
+// closes and the node logs the list, its length and the bound. A request
+// at the bound is served. Nothing committed changes.
+func TestHostile_ArraysOverTheBudgetsCloseTheConnection(t *testing.T) {
+	c := startAuditCluster(t)
+	addr := c.KafkaAddr(0)
+	b := auditBudgets()
+	groups, topics := int(b.Groups), int(b.Topics)
+
+	fc := func(n int) kmsg.Request {
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.SetVersion(4)
+		req.CoordinatorKeys = names("g", n)
+		return req
+	}
+	md := func(n int) kmsg.Request {
+		req := kmsg.NewPtrMetadataRequest()
+		req.SetVersion(12)
+		for _, name := range names("t", n) {
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr(name)
+			req.Topics = append(req.Topics, mt)
+		}
+		return req
+	}
+	dg := func(n int) kmsg.Request {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.SetVersion(5)
+		req.Groups = names("g", n)
+		return req
+	}
+	cases := []struct {
+		name string
+		req  kmsg.Request
+	}{
+		{"FindCoordinator keys", fc(groups + 1)},
+		{"Metadata topics", md(topics + 1)},
+		{"DescribeGroups groups", dg(groups + 1)},
+		{"DeleteGroups groups", func() kmsg.Request {
+			req := kmsg.NewPtrDeleteGroupsRequest()
+			req.SetVersion(2)
+			req.Groups = names("g", groups+1)
+			return req
+		}()},
+		{"ConsumerGroupDescribe groups", func() kmsg.Request {
+			req := kmsg.NewPtrConsumerGroupDescribeRequest()
+			req.Groups = names("g", groups+1)
+			return req
+		}()},
+		{"OffsetFetch groups", func() kmsg.Request {
+			req := kmsg.NewPtrOffsetFetchRequest()
+			req.SetVersion(8)
+			for _, id := range names("g", groups+1) {
+				g := kmsg.NewOffsetFetchRequestGroup()
+				g.Group = id
+				req.Groups = append(req.Groups, g)
+			}
+			return req
+		}()},
+		{"OffsetFetch partitions", func() kmsg.Request {
+			req := kmsg.NewPtrOffsetFetchRequest()
+			req.SetVersion(7)
+			req.Group = "cg"
+			rt := kmsg.NewOffsetFetchRequestTopic()
+			rt.Topic = "orders"
+			for p := range b.Partitions + 1 {
+				rt.Partitions = append(rt.Partitions, int32(p))
+			}
+			req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
+			return req
+		}()},
+		{"ListGroups states filter", func() kmsg.Request {
+			req := kmsg.NewPtrListGroupsRequest()
+			req.SetVersion(4)
+			for range 100 {
+				req.StatesFilter = append(req.StatesFilter, "Stable")
+			}
+			return req
+		}()},
+		{"LeaveGroup members", func() kmsg.Request {
+			req := kmsg.NewPtrLeaveGroupRequest()
+			req.SetVersion(5)
+			req.Group = "classic"
+			for _, id := range names("m", int(b.MembersPerGroup)+1) {
+				m := kmsg.NewLeaveGroupRequestMember()
+				m.MemberID = id
+				req.Members = append(req.Members, m)
+			}
+			return req
+		}()},
+		{"CreateTopics topics", func() kmsg.Request {
+			req := kmsg.NewPtrCreateTopicsRequest()
+			req.SetVersion(7)
+			for _, name := range names("new", topics+1) {
+				req.Topics = append(req.Topics, kmsg.CreateTopicsRequestTopic{Topic: name, NumPartitions: 1, ReplicationFactor: -1})
+			}
+			return req
+		}()},
+		{"DeleteTopics topics", func() kmsg.Request {
+			req := kmsg.NewPtrDeleteTopicsRequest()
+			req.SetVersion(5)
+			req.TopicNames = append(names("gone", topics), "orders")
+			return req
+		}()},
+		{"CreatePartitions topics", func() kmsg.Request {
+			req := kmsg.NewPtrCreatePartitionsRequest()
+			req.SetVersion(3)
+			for _, name := range append(names("gone", topics), "orders") {
+				req.Topics = append(req.Topics, kmsg.CreatePartitionsRequestTopic{Topic: name, Count: 8})
+			}
+			return req
+		}()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dial(t, addr)
+			r.sendOnly(tc.req)
+			r.closed(tc.name + " over its bound")
+			apiVersionsOK(t, addr)
+		})
+	}
+
+	// At the bound, each is served.
+	r := dial(t, addr)
+	if got := r.do(fc(groups)).(*kmsg.FindCoordinatorResponse).Coordinators; len(got) != groups {
+		t.Fatalf("FindCoordinator of %d keys answered %d", groups, len(got))
+	}
+	if got := r.do(md(topics)).(*kmsg.MetadataResponse).Topics; len(got) != topics {
+		t.Fatalf("Metadata of %d topics answered %d", topics, len(got))
+	}
+	if got := r.do(dg(groups)).(*kmsg.DescribeGroupsResponse).Groups; len(got) != groups {
+		t.Fatalf("DescribeGroups of %d groups answered %d", groups, len(got))
+	}
+
+	// Nothing committed changed: orders keeps its partitions, cg its
+	// member, and no topic or group was made.
+	c.Nodes[0].FSM.Read(func(s *fsm.State) {
+		n, _ := s.Partitions("orders")
+		g, ok := s.ConsumerGroup("cg")
+		if n != 4 || len(s.Topics()) != 1 || !ok || g.Members.Len() != 1 || len(s.Groups()) != 0 {
+			t.Fatalf("after the refusals: orders %d partitions, %d topics, cg %v, %d classic groups; want 4, 1, one member, 0", n, len(s.Topics()), ok, len(s.Groups()))
+		}
+	})
+}
