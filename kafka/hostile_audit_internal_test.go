@@ -1,9 +1,11 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -139,5 +141,133 @@ func TestHostile_FetchAndListOffsetsNeedTheRightToListTopics(t *testing.T) {
 			t.Fatalf("caller %s: Fetch errors %d %d, ListOffsets errors %d %d; want %d %d",
 				tc.who, fp[0].ErrorCode, fp[1].ErrorCode, lp[0].ErrorCode, lp[1].ErrorCode, tc.want1, tc.wantOther)
 		}
+	}
+}
+
+// pipeAsk writes req on c as the corr'th request and decodes the answer
+// into resp (non-flexible versions: the answer's header is its
+// correlation ID alone).
+func pipeAsk(t *testing.T, c net.Conn, corr int32, req kmsg.Request, resp kmsg.Response) {
+	t.Helper()
+	if _, err := c.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("audit")).AppendRequest(nil, req, corr)); err != nil {
+		t.Fatalf("write %s: %v", kmsg.NameForKey(req.Key()), err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(c, size[:]); err != nil {
+		t.Fatalf("read the answer to %s: %v", kmsg.NameForKey(req.Key()), err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(c, body); err != nil {
+		t.Fatalf("read the answer to %s: %v", kmsg.NameForKey(req.Key()), err)
+	}
+	if got := int32(binary.BigEndian.Uint32(body)); got != corr {
+		t.Fatalf("answer to %s has correlation ID %d, want %d", kmsg.NameForKey(req.Key()), got, corr)
+	}
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(body[4:]); err != nil {
+		t.Fatalf("decode the answer to %s: %v", kmsg.NameForKey(req.Key()), err)
+	}
+}
+
+// TestHostile_FailedSASLAuthenticationClosesTheConnection: a wrong token
+// is answered SASL_AUTHENTICATION_FAILED and the connection closed, as
+// Kafka's brokers do, so each guess at a token costs a new connection. A
+// right one leaves the connection serving as the token's principal.
+func TestHostile_FailedSASLAuthenticationClosesTheConnection(t *testing.T) {
+	tokens, err := auth.NewTokens("", map[string]auth.Principal{"client-token-0123456789": {Role: auth.RoleClient, Name: "app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := rpc.Security{Tokens: tokens}
+	s := newConnServer(t, Config{Security: sec})
+	s.authz = rpc.NewAuthorizer(sec)
+	login := func(token string) (net.Conn, int16) {
+		c := pipeConn(t, s)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.SetVersion(1)
+		hs.Mechanism = mechPlain
+		hsResp := kmsg.NewPtrSASLHandshakeResponse()
+		pipeAsk(t, c, 1, hs, hsResp)
+		if hsResp.ErrorCode != 0 {
+			t.Fatalf("SASL handshake: %v", kerr.ErrorForCode(hsResp.ErrorCode))
+		}
+		au := kmsg.NewPtrSASLAuthenticateRequest()
+		au.SetVersion(1)
+		au.SASLAuthBytes = []byte("\x00app\x00" + token)
+		auResp := kmsg.NewPtrSASLAuthenticateResponse()
+		pipeAsk(t, c, 2, au, auResp)
+		return c, auResp.ErrorCode
+	}
+
+	c, code := login("a-guess-at-the-token-000")
+	if code != kerr.SaslAuthenticationFailed.Code {
+		t.Fatalf("a wrong token: %v, want SASL_AUTHENTICATION_FAILED", kerr.ErrorForCode(code))
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("after a failed authentication: read %d bytes, %v; want the connection closed", n, err)
+	}
+
+	c, code = login("client-token-0123456789")
+	if code != 0 {
+		t.Fatalf("the right token: %v, want no error", kerr.ErrorForCode(code))
+	}
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(0)
+	avResp := kmsg.NewPtrApiVersionsResponse()
+	pipeAsk(t, c, 3, av, avResp)
+	if avResp.ErrorCode != 0 || len(avResp.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions after authenticating: error %d, %d APIs; want the connection serving", avResp.ErrorCode, len(avResp.ApiKeys))
+	}
+}
+
+// TestReadFrame_EveryByteOfLargeRequests: a body read in growing chunks is
+// the body sent, at every size around the chunk boundaries (a SyncGroup
+// carrying a thousand members' assignments is hundreds of kilobytes), and
+// a body cut short is an error, not a frame padded with zeros.
+func TestReadFrame_EveryByteOfLargeRequests(t *testing.T) {
+	for _, n := range []int{8, frameChunk - 1, frameChunk, frameChunk + 1, 3*frameChunk + 5, 1 << 20} {
+		body := make([]byte, n)
+		for i := range body {
+			body[i] = byte(i%251 + 1) // never 0: a byte left unread shows
+		}
+		got, err := readFrame(bytes.NewReader(body), n)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("a body of %d bytes: read %d bytes (equal: %v), %v", n, len(got), bytes.Equal(got, body), err)
+		}
+		if _, err := readFrame(bytes.NewReader(body[:n-1]), n); !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			t.Fatalf("a body of %d bytes cut one short: %v, want an EOF error", n, err)
+		}
+	}
+}
+
+// TestHostile_LargeRequestIsServed: a request over the first read chunk
+// is answered whole, and the connection goes on serving the next one.
+func TestHostile_LargeRequestIsServed(t *testing.T) {
+	s := newConnServer(t, Config{})
+	c := pipeConn(t, s)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(4)
+	const topics = 4000 // 4,000 names of 24 bytes or more: over 100 KiB
+	for i := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(fmt.Sprintf("a-topic-of-a-large-ask-%05d", i))
+		md.Topics = append(md.Topics, rt)
+	}
+	if size := len(kmsg.NewRequestFormatter().AppendRequest(nil, md, 1)); size <= frameChunk {
+		t.Fatalf("the request is %d bytes, not over the %d-byte chunk", size, frameChunk)
+	}
+	resp := kmsg.NewPtrMetadataResponse()
+	pipeAsk(t, c, 1, md, resp)
+	if len(resp.Topics) != topics || *resp.Topics[topics-1].Topic != "a-topic-of-a-large-ask-03999" {
+		t.Fatalf("Metadata of %d topics answered %d", topics, len(resp.Topics))
+	}
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(0)
+	avResp := kmsg.NewPtrApiVersionsResponse()
+	pipeAsk(t, c, 2, av, avResp)
+	if avResp.ErrorCode != 0 || len(avResp.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions after the large request: error %d, %d APIs", avResp.ErrorCode, len(avResp.ApiKeys))
 	}
 }

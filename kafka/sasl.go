@@ -22,8 +22,11 @@ import (
 //     client's configuration says matches who the node believes it is.
 //
 // A connection that authenticates is its token's principal from then on
-// (over a TLS client certificate's). One that does not is anonymous, as a
-// caller without credentials is on gRPC. Re-authentication (KIP-368) is
+// (over a TLS client certificate's). A failed authentication is answered
+// and the connection closed, as Kafka's brokers do: each guess at a token
+// costs a new connection (and, off loopback, a TLS handshake). A connection
+// that never authenticates is anonymous, as a caller without credentials
+// is on gRPC. Re-authentication (KIP-368) is
 // not offered: the session lifetime answered is 0, and a token removed from
 // the file stops opening new connections, not those already open.
 const (
@@ -62,6 +65,7 @@ func (c *call) saslAuthenticate(r *kmsg.SASLAuthenticateRequest) kmsg.Response {
 	if err != nil {
 		c.s.log.Info("kafka SASL authentication refused", "remote", c.c.nc.RemoteAddr(), "mechanism", mech, "err", err)
 		resp.ErrorCode, resp.ErrorMessage = kerr.SaslAuthenticationFailed.Code, ptr(err.Error())
+		c.c.closing = true
 		return resp
 	}
 	c.c.principal = p

@@ -225,6 +225,9 @@ type conn struct {
 	// mechanism is the SASL mechanism a handshake chose, until the
 	// authentication that follows it (sasl.go).
 	mechanism string
+	// closing ends the connection once the answer in hand is written: a
+	// failed SASL authentication, as Kafka's brokers do (sasl.go).
+	closing bool
 	// out is the last answer's buffer, reused for the next (a connection
 	// serves one request at a time): a Metadata answer for a large topic
 	// is tens of kilobytes, and a thousand consumers ask often.
@@ -293,6 +296,9 @@ func (s *Server) serveConn(nc net.Conn) {
 		if err := w.Flush(); err != nil {
 			return
 		}
+		if c.closing {
+			return
+		}
 		if c.out = out[:0]; cap(c.out) > maxKeptAnswerBytes {
 			c.out = nil
 		}
@@ -307,16 +313,15 @@ const frameChunk = 64 << 10
 // claim: the buffer grows as the bytes arrive, so a client that announces
 // the largest request and sends little of it holds about what it sent.
 func readFrame(r io.Reader, n int) ([]byte, error) {
-	frame := make([]byte, min(n, frameChunk))
-	for got := 0; ; got = len(frame) {
+	frame := make([]byte, 0, min(n, frameChunk))
+	for len(frame) < n {
+		got := len(frame)
+		frame = append(frame, make([]byte, min(n-got, max(got, frameChunk)))...)
 		if _, err := io.ReadFull(r, frame[got:]); err != nil {
 			return nil, err
 		}
-		if len(frame) == n {
-			return frame, nil
-		}
-		frame = append(frame, make([]byte, min(n-len(frame), len(frame)))...)
 	}
+	return frame, nil
 }
 
 // header is a request header (v1, or v2 for flexible versions).
