@@ -154,3 +154,65 @@ func TestBudgets_NewLeaderAdoptsItsConfiguredBudgets(t *testing.T) {
 		return true, ""
 	})
 }
+
+// A request's list of members, groups or states is bounded by what can
+// exist: a LeaveGroup naming more members than a group may hold, a
+// DeleteGroups naming more groups than the cluster may hold (each becomes
+// one log entry that every replica applies and replays), and a ListGroups
+// filter naming more states than there are (matched against every group
+// under the state's read lock) are refused before any work. Lists at the
+// bound are served.
+func TestBudgets_RequestListsBoundedByWhatCanExist(t *testing.T) {
+	b := fsm.DefaultBudgets()
+	b.Groups, b.MembersPerGroup = 3, 4
+	c := budgetCluster(t, b)
+	ctx := testCtx(t)
+	createTopic(t, c, "t", 6)
+	a := newMember(t, c, "g", "t")
+	rebalance(t, ctx, a)
+	leader := c.Nodes[c.Leader()]
+	groups := c.Groups(c.Leader())
+
+	refs := func(n int) []*cohortv1.LeaveMember {
+		var out []*cohortv1.LeaveMember
+		for i := range n {
+			out = append(out, &cohortv1.LeaveMember{MemberId: "stranger-" + strconv.Itoa(i)})
+		}
+		return out
+	}
+	last := leader.Node.LastIndex()
+	refused := func(what string, err error, says string) {
+		t.Helper()
+		if reason(err) != "INVALID_ARGUMENT" || !strings.Contains(err.Error(), says) {
+			t.Fatalf("%s: %v, want INVALID_ARGUMENT naming %q", what, err, says)
+		}
+		if got := leader.Node.LastIndex(); got != last {
+			t.Fatalf("%s was refused but the log grew from %d to %d", what, last, got)
+		}
+	}
+	_, err := groups.LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: append(refs(4), &cohortv1.LeaveMember{MemberId: a.id})})
+	refused("a leave naming 5 members where a group holds 4", err, "members-per-group budget")
+	_, err = groups.DeleteGroups(ctx, &cohortv1.DeleteGroupsRequest{GroupIds: []string{"g", "h", "i", "j"}})
+	refused("a delete naming 4 groups where the cluster holds 3", err, "groups budget")
+	states := []string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Reconciling"}
+	_, err = groups.ListGroups(ctx, &cohortv1.ListGroupsRequest{States: append(states, "Stable")})
+	refused("a states filter of 6", err, "states names 6 states")
+
+	// The member was not removed, the group not deleted.
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatalf("heartbeat after the refused leave and delete: %v", err)
+	}
+	// At the bounds the calls are served.
+	listed, err := groups.ListGroups(ctx, &cohortv1.ListGroupsRequest{States: states})
+	if err != nil || len(listed.GetGroups()) != 1 || listed.GetGroups()[0].GetGroupId() != "g" {
+		t.Fatalf("a filter naming every state: %v %v, want group g", listed, err)
+	}
+	left, err := groups.LeaveGroup(ctx, &cohortv1.LeaveGroupRequest{GroupId: "g", Members: refs(4)})
+	if err != nil || len(left.GetMembers()) != 4 {
+		t.Fatalf("a leave naming 4 strangers: %v %v, want an answer for each", left, err)
+	}
+	deleted, err := groups.DeleteGroups(ctx, &cohortv1.DeleteGroupsRequest{GroupIds: []string{"h", "i", "j"}})
+	if err != nil || len(deleted.GetGroups()) != 3 {
+		t.Fatalf("a delete naming 3 groups: %v %v, want an answer for each", deleted, err)
+	}
+}

@@ -356,6 +356,9 @@ func (e *Engine) LeaveGroup(ctx context.Context, r *cohortv1.LeaveGroupRequest) 
 	if len(r.GetMembers()) == 0 {
 		return nil, invalid("members is empty")
 	}
+	if n, limit := len(r.GetMembers()), e.cfg.Budgets.MembersPerGroup; int64(n) > limit {
+		return nil, invalid("members names %d members; a group holds at most %d (the members-per-group budget)", n, limit)
+	}
 	cmd := &fsmv1.RemoveMembers{GroupId: r.GetGroupId(), Reason: fsmv1.RemoveReason_REMOVE_REASON_LEAVE}
 	for i, m := range r.GetMembers() {
 		if err := e.cfg.Limits.validateMemberRef(r.GetGroupId(), m.GetMemberId(), m.GetInstanceId()); err != nil {
@@ -465,6 +468,9 @@ func (e *Engine) commitAdmitted(ctx context.Context, cmd *fsmv1.CommitOffsets, s
 func (e *Engine) DeleteGroups(ctx context.Context, r *cohortv1.DeleteGroupsRequest) (*cohortv1.DeleteGroupsResponse, error) {
 	if len(r.GetGroupIds()) == 0 {
 		return nil, invalid("group_ids is empty")
+	}
+	if n, limit := len(r.GetGroupIds()), e.cfg.Budgets.Groups; int64(n) > limit {
+		return nil, invalid("group_ids names %d groups; the cluster holds at most %d (the groups budget)", n, limit)
 	}
 	for _, id := range r.GetGroupIds() {
 		if err := e.cfg.Limits.checkGroupID(id); err != nil {

@@ -341,8 +341,14 @@ func listedGroups(s *fsm.State) []*cohortv1.ListedGroup {
 // ListGroups lists groups, optionally only those in the given states, a
 // page at a time in group ID order.
 func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) (*cohortv1.ListGroupsResponse, error) {
+	known := []string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", fsm.ConsumerReconciling}
+	if len(r.GetStates()) > len(known) {
+		// Each group is matched against the filter under the state's read
+		// lock: a filter of a million repeats would hold it that long.
+		return nil, invalid("states names %d states; there are %d", len(r.GetStates()), len(known))
+	}
 	for _, st := range r.GetStates() {
-		if !slices.Contains([]string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", fsm.ConsumerReconciling}, st) {
+		if !slices.Contains(known, st) {
 			return nil, invalid("states has %q; the states are Empty, PreparingRebalance, CompletingRebalance, Stable and (consumer groups) Reconciling", st)
 		}
 	}
