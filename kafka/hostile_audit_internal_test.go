@@ -99,10 +99,7 @@ func TestHostile_StalledRequestIsClosed(t *testing.T) {
 // or ListOffsets (which partitions exist), as from Metadata: every
 // partition is TOPIC_AUTHORIZATION_FAILED. A client is answered.
 func TestHostile_FetchAndListOffsetsNeedTheRightToListTopics(t *testing.T) {
-	tokens, err := auth.NewTokens("", map[string]auth.Principal{"client-token-0123456789": {Role: auth.RoleClient, Name: "app"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := appTokens(t)
 	m := newMetadataServer(t, rpc.Security{Tokens: tokens})
 	m.createTopic("orders", 2)
 	fetch := kmsg.NewPtrFetchRequest()
@@ -174,10 +171,7 @@ func pipeAsk(t *testing.T, c net.Conn, corr int32, req kmsg.Request, resp kmsg.R
 // Kafka's brokers do, so each guess at a token costs a new connection. A
 // right one leaves the connection serving as the token's principal.
 func TestHostile_FailedSASLAuthenticationClosesTheConnection(t *testing.T) {
-	tokens, err := auth.NewTokens("", map[string]auth.Principal{"client-token-0123456789": {Role: auth.RoleClient, Name: "app"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := appTokens(t)
 	sec := rpc.Security{Tokens: tokens}
 	s := newConnServer(t, Config{Security: sec})
 	s.authz = rpc.NewAuthorizer(sec)
@@ -208,7 +202,7 @@ func TestHostile_FailedSASLAuthenticationClosesTheConnection(t *testing.T) {
 		t.Fatalf("after a failed authentication: read %d bytes, %v; want the connection closed", n, err)
 	}
 
-	c, code = login("client-token-0123456789")
+	c, code = login(appToken)
 	if code != 0 {
 		t.Fatalf("the right token: %v, want no error", kerr.ErrorForCode(code))
 	}

@@ -176,10 +176,7 @@ func knownOf(m *metadataServer, topics []string) []fsm.TopicPartitionCount {
 // A caller who may not list topics is never given a kept answer of one who
 // may, and the other way round: the caller's right is part of the key.
 func TestMetadata_KeptAnswersFollowTheCallersRight(t *testing.T) {
-	tokens, err := auth.NewTokens("", map[string]auth.Principal{"client-token-0123456789": {Role: auth.RoleClient, Name: "app"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := appTokens(t)
 	m := newMetadataServer(t, rpc.Security{Tokens: tokens})
 	m.createTopic("orders", 4)
 	client := auth.Principal{Role: auth.RoleClient, Name: "app"}
@@ -229,3 +226,15 @@ func BenchmarkMetadata(b *testing.B) {
 		})
 	}
 }
+
+// appTokens accept one bearer token, appToken, as the client "app".
+func appTokens(t testing.TB) *auth.Tokens {
+	t.Helper()
+	tokens, err := auth.NewTokens("", map[string]auth.Principal{appToken: {Role: auth.RoleClient, Name: "app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens
+}
+
+const appToken = "client-token-0123456789"
