@@ -338,10 +338,15 @@ func listedGroups(s *fsm.State) []*cohortv1.ListedGroup {
 	return out
 }
 
+// GroupStates are the states ListGroups reports and filters on: a classic
+// group's four and a consumer group's Reconciling (its others share the
+// classic names).
+var GroupStates = []string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", fsm.ConsumerReconciling}
+
 // ListGroups lists groups, optionally only those in the given states, a
 // page at a time in group ID order.
 func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) (*cohortv1.ListGroupsResponse, error) {
-	known := []string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", fsm.ConsumerReconciling}
+	known := GroupStates
 	if len(r.GetStates()) > len(known) {
 		// Each group is matched against the filter under the state's read
 		// lock: a filter of a million repeats would hold it that long.

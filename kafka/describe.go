@@ -3,10 +3,12 @@ package kafka
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/errcode"
 	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
@@ -80,14 +82,35 @@ func describedGroup(d *cohortv1.GroupDescription, reveal bool) kmsg.DescribeGrou
 	return g
 }
 
+// statesFilter is a ListGroups states filter as Kafka reads one: each
+// name once, whatever its case, and a state no Cohort group is ever in
+// (Dead, Assigning, NotReady, or a name Kafka does not know) matching no
+// group rather than refused. none is true when the filter names states
+// and none of them can match. The result has at most the engine's five
+// states, whatever the request's length.
+func statesFilter(filter []string) (states []string, none bool) {
+	for _, name := range filter {
+		for _, st := range coordinator.GroupStates {
+			if strings.EqualFold(name, st) && !slices.Contains(states, st) {
+				states = append(states, st)
+			}
+		}
+	}
+	return states, len(filter) > 0 && len(states) == 0
+}
+
 // listGroups lists the groups this node coordinates: every group on the
 // leader, none on a follower, so that a client asking every broker (as
 // Kafka's admin clients do) gets each group once.
 func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := kmsg.NewPtrListGroupsResponse()
-	req := &cohortv1.ListGroupsRequest{States: r.StatesFilter}
+	states, none := statesFilter(r.StatesFilter)
+	req := &cohortv1.ListGroupsRequest{States: states}
 	if err := c.authorize(cohortv1.GroupCoordinator_ListGroups_FullMethodName, req); err != nil {
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp
+	}
+	if none {
 		return resp
 	}
 	for {
@@ -121,7 +144,7 @@ func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.R
 	}
 	for _, g := range consumers {
 		state := consumerState(g)
-		if len(r.StatesFilter) > 0 && !slices.Contains(r.StatesFilter, state) {
+		if len(states) > 0 && !slices.Contains(states, state) {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()

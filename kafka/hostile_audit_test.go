@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,14 +195,6 @@ func TestHostile_ArraysOverTheBudgetsCloseTheConnection(t *testing.T) {
 			req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
 			return req
 		}()},
-		{"ListGroups states filter", func() kmsg.Request {
-			req := kmsg.NewPtrListGroupsRequest()
-			req.SetVersion(4)
-			for range 100 {
-				req.StatesFilter = append(req.StatesFilter, "Stable")
-			}
-			return req
-		}()},
 		{"LeaveGroup members", func() kmsg.Request {
 			req := kmsg.NewPtrLeaveGroupRequest()
 			req.SetVersion(5)
@@ -266,4 +259,52 @@ func TestHostile_ArraysOverTheBudgetsCloseTheConnection(t *testing.T) {
 			t.Fatalf("after the refusals: orders %d partitions, %d topics, cg %v, %d classic groups; want 4, 1, one member, 0", n, len(s.Topics()), ok, len(s.Groups()))
 		}
 	})
+}
+
+// TestHostile_ListGroupsStatesFilterAsKafkaReadsIt: a states filter is
+// read as Kafka reads one. Case does not matter, a state no group is in
+// (Dead, or a name Kafka does not know) matches nothing rather than
+// failing, and a filter of a hundred thousand repeats is answered as one
+// naming each state once, on a connection that stays open.
+func TestHostile_ListGroupsStatesFilterAsKafkaReadsIt(t *testing.T) {
+	c := startAuditCluster(t)
+	r := dial(t, c.KafkaAddr(0))
+	list := func(filter ...string) map[string]string {
+		t.Helper()
+		req := kmsg.NewPtrListGroupsRequest()
+		req.SetVersion(4)
+		req.StatesFilter = filter
+		resp := r.do(req).(*kmsg.ListGroupsResponse)
+		if resp.ErrorCode != 0 {
+			t.Fatalf("ListGroups of %d states: %v", len(filter), kerr.ErrorForCode(resp.ErrorCode))
+		}
+		out := map[string]string{}
+		for _, g := range resp.Groups {
+			if _, twice := out[g.Group]; twice {
+				t.Fatalf("ListGroups of %d states lists %s twice", len(filter), g.Group)
+			}
+			out[g.Group] = g.GroupState
+		}
+		return out
+	}
+	all := list()
+	state, ok := all["cg"]
+	if !ok || len(all) != 1 {
+		t.Fatalf("unfiltered ListGroups: %v, want cg alone", all)
+	}
+	if got := list(strings.ToUpper(state)); got["cg"] != state || len(got) != 1 {
+		t.Fatalf("ListGroups of %q: %v, want cg (%s)", strings.ToUpper(state), got, state)
+	}
+	for _, filter := range [][]string{{"Dead"}, {"NoSuchState"}, {"PreparingRebalance", "dead"}} {
+		if got := list(filter...); len(got) != 0 {
+			t.Fatalf("ListGroups of %v: %v, want no group", filter, got)
+		}
+	}
+	var many []string
+	for i := range 100_000 {
+		many = append(many, []string{"stable", "EMPTY", "Dead", "reconciling", strings.ToLower(state)}[i%5])
+	}
+	if got := list(many...); got["cg"] != state || len(got) != 1 {
+		t.Fatalf("ListGroups of %d repeated states: %v, want cg (%s)", len(many), got, state)
+	}
 }

@@ -18,11 +18,6 @@ import (
 // refused before any work, as a malformed request is: the connection
 // closes and the log names the list, its length and the bound.
 
-// maxStatesFilter bounds a ListGroups states filter: each state Kafka
-// names (Empty, PreparingRebalance, CompletingRebalance, Stable, Dead,
-// Assigning, Reconciling, NotReady) once.
-const maxStatesFilter = 8
-
 // largestPage asks the engine for its largest pages (it lowers the size to
 // its maximum) where the listener reads every page: each page's read goes
 // over the names the request asks for again, so fewer pages is less work.
@@ -72,10 +67,6 @@ func (s *Server) overLimit(req kmsg.Request) error {
 		return over(req, "partitions", partitions, b.Partitions, "partitions")
 	case *kmsg.LeaveGroupRequest:
 		return over(req, "members", len(r.Members), s.budgets().MembersPerGroup, "members-per-group")
-	case *kmsg.ListGroupsRequest:
-		if len(r.StatesFilter) > maxStatesFilter {
-			return fmt.Errorf("ListGroups: the states filter names %d states; a group is in one of %d", len(r.StatesFilter), maxStatesFilter)
-		}
 	case *kmsg.CreateTopicsRequest:
 		return over(req, "topics", len(r.Topics), s.budgets().Topics, "topics")
 	case *kmsg.DeleteTopicsRequest:
