@@ -2,16 +2,17 @@ package kafka
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -26,9 +27,9 @@ func newConnServer(t *testing.T, cfg Config) *Server {
 	m := newMetadataServer(t, rpc.Security{})
 	cfg.FSM, cfg.Cluster = m.fsm, m.brokers
 	cfg.setDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return &Server{cfg: cfg, authz: m.s.authz, log: cfg.Logger, m: newMetrics(), ctx: ctx, cancel: cancel}
+	s := newServer(cfg)
+	t.Cleanup(s.cancel)
+	return s
 }
 
 // pipeConn serves one end of a pipe and returns the other; the server's
@@ -146,9 +147,21 @@ func TestHostile_FetchAndListOffsetsNeedTheRightToListTopics(t *testing.T) {
 // correlation ID alone).
 func pipeAsk(t *testing.T, c net.Conn, corr int32, req kmsg.Request, resp kmsg.Response) {
 	t.Helper()
-	if _, err := c.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("audit")).AppendRequest(nil, req, corr)); err != nil {
+	if _, err := c.Write(pipeFrame(req, corr)); err != nil {
 		t.Fatalf("write %s: %v", kmsg.NameForKey(req.Key()), err)
 	}
+	pipeAnswer(t, c, corr, req, resp)
+}
+
+// pipeFrame is req framed as the corr'th request.
+func pipeFrame(req kmsg.Request, corr int32) []byte {
+	return kmsg.NewRequestFormatter(kmsg.FormatterClientID("audit")).AppendRequest(nil, req, corr)
+}
+
+// pipeAnswer reads the answer to req, sent as the corr'th request, into
+// resp.
+func pipeAnswer(t *testing.T, c net.Conn, corr int32, req kmsg.Request, resp kmsg.Response) {
+	t.Helper()
 	var size [4]byte
 	if _, err := io.ReadFull(c, size[:]); err != nil {
 		t.Fatalf("read the answer to %s: %v", kmsg.NameForKey(req.Key()), err)
@@ -218,19 +231,29 @@ func TestHostile_FailedSASLAuthenticationClosesTheConnection(t *testing.T) {
 // TestReadFrame_EveryByteOfLargeRequests: a body read in growing chunks is
 // the body sent, at every size around the chunk boundaries (a SyncGroup
 // carrying a thousand members' assignments is hundreds of kilobytes), and
-// a body cut short is an error, not a frame padded with zeros.
+// a body cut short is an error, not a frame padded with zeros. Every byte
+// past the first chunk is asked for before it is allocated, and a refusal
+// ends the read.
 func TestReadFrame_EveryByteOfLargeRequests(t *testing.T) {
 	for _, n := range []int{8, frameChunk - 1, frameChunk, frameChunk + 1, 3*frameChunk + 5, 1 << 20} {
 		body := make([]byte, n)
 		for i := range body {
 			body[i] = byte(i%251 + 1) // never 0: a byte left unread shows
 		}
-		got, err := readFrame(bytes.NewReader(body), n)
+		taken := 0
+		got, err := readFrame(bytes.NewReader(body), n, func(more int) bool { taken += more; return true })
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("a body of %d bytes: read %d bytes (equal: %v), %v", n, len(got), bytes.Equal(got, body), err)
 		}
-		if _, err := readFrame(bytes.NewReader(body[:n-1]), n); !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		if want := n - min(n, frameChunk); taken != want {
+			t.Fatalf("a body of %d bytes took %d in-flight bytes, want the %d past the first chunk", n, taken, want)
+		}
+		if _, err := readFrame(bytes.NewReader(body[:n-1]), n, func(int) bool { return true }); !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 			t.Fatalf("a body of %d bytes cut one short: %v, want an EOF error", n, err)
+		}
+		_, err = readFrame(bytes.NewReader(body), n, func(int) bool { return false })
+		if n > frameChunk && !errors.Is(err, errNoRoom) || n <= frameChunk && err != nil {
+			t.Fatalf("a body of %d bytes with no room past the first chunk: %v", n, err)
 		}
 	}
 }
@@ -263,5 +286,92 @@ func TestHostile_LargeRequestIsServed(t *testing.T) {
 	pipeAsk(t, c, 2, av, avResp)
 	if avResp.ErrorCode != 0 || len(avResp.ApiKeys) == 0 {
 		t.Fatalf("ApiVersions after the large request: error %d, %d APIs", avResp.ErrorCode, len(avResp.ApiKeys))
+	}
+}
+
+// TestHostile_RequestBytesInFlightAreBounded: the large requests of all
+// connections together hold at most MaxInFlightBytes past their first
+// chunks. A request that needs more than is left is not read further
+// until others finish, and is refused, its connection closed, when no
+// room comes within the request timeout. Small requests (every heartbeat,
+// commit and join) never wait.
+func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
+	const limit = 1 << 20
+	s := newConnServer(t, Config{MaxRequestBytes: limit, MaxInFlightBytes: limit, RequestTimeout: 10 * time.Second})
+	inFlight := func() int { return int(testutil.ToFloat64(s.m.inFlightBytes)) }
+	waitInFlight := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); inFlight() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("request bytes in flight: %d, want %d", inFlight(), want)
+			}
+			time.Sleep(time.Millisecond) // time passes: the server's goroutine takes or releases the bytes
+		}
+	}
+
+	// a announces 1 MiB and stalls after half of it: it holds what its
+	// buffer grew to past the first chunk (64 + 128 + 256 KiB), and the
+	// 512 KiB it asks for next.
+	a := pipeConn(t, s)
+	_ = a.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := a.Write(append(binary.BigEndian.AppendUint32(nil, limit), make([]byte, limit/2)...)); err != nil {
+		t.Fatal(err)
+	}
+	aHolds := limit - 2*frameChunk + frameChunk
+	waitInFlight(aHolds)
+
+	// b's small request is answered.
+	b := pipeConn(t, s)
+	_ = b.SetDeadline(time.Now().Add(10 * time.Second))
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(0)
+	pipeAsk(t, b, 1, av, kmsg.NewPtrApiVersionsResponse())
+
+	// c's large one needs more than the 64 KiB left: it is not answered
+	// while a holds its bytes, and is once a's connection goes.
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(4)
+	for i := range 3000 {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(fmt.Sprintf("%070d", i))
+		md.Topics = append(md.Topics, rt)
+	}
+	if n := len(pipeFrame(md, 1)); n < 3*frameChunk || n > limit {
+		t.Fatalf("Metadata is %d bytes, want between 3 chunks and 1 MiB", n)
+	}
+	c := pipeConn(t, s)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() { _, _ = c.Write(pipeFrame(md, 1)) }() // returns once the server has read it all
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a request needing more than the bytes left was answered (%d bytes, %v) while another held them", n, err)
+	}
+	if got := inFlight(); got != limit {
+		t.Fatalf("request bytes in flight while c waits: %d, want a's %d and c's first %d", got, aHolds, frameChunk)
+	}
+	a.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	mdResp := kmsg.NewPtrMetadataResponse()
+	pipeAnswer(t, c, 1, md, mdResp)
+	if len(mdResp.Topics) != len(md.Topics) {
+		t.Fatalf("Metadata of %d topics answered %d", len(md.Topics), len(mdResp.Topics))
+	}
+	waitInFlight(0)
+
+	// With every byte held for longer than the request timeout, a large
+	// request is refused and its connection closed; a small one is served.
+	s2 := newConnServer(t, Config{MaxRequestBytes: limit, MaxInFlightBytes: limit, RequestTimeout: 200 * time.Millisecond})
+	if !s2.inFlight.TryAcquire(limit) {
+		t.Fatal("a new listener's in-flight bytes are taken")
+	}
+	d := pipeConn(t, s2)
+	_ = d.SetDeadline(time.Now().Add(10 * time.Second))
+	pipeAsk(t, d, 1, av, kmsg.NewPtrApiVersionsResponse())
+	go func() { _, _ = d.Write(pipeFrame(md, 2)) }() // the server stops reading it
+	if n, err := d.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("a large request with no room for the request timeout: read %d bytes, %v; want the connection closed", n, err)
+	}
+	if got := testutil.ToFloat64(s2.m.refusedRequests); got != 1 {
+		t.Fatalf("refused requests: %v, want 1", got)
 	}
 }

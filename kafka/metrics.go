@@ -12,6 +12,7 @@ type metrics struct {
 	conns           prometheus.Gauge
 	refusedConns    prometheus.Counter
 	refusedRequests prometheus.Counter
+	inFlightBytes   prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -31,7 +32,11 @@ func newMetrics() *metrics {
 		}),
 		refusedRequests: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cohort", Subsystem: "kafka", Name: "refused_requests_total",
-			Help: "Kafka requests that closed their connection: oversized, malformed, or an API or version not served.",
+			Help: "Kafka requests that closed their connection: oversized, malformed, an API or version not served, or not admitted within the request timeout.",
+		}),
+		inFlightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cohort", Subsystem: "kafka", Name: "request_bytes_in_flight",
+			Help: "Bytes of the Kafka requests being read or served, against the listener's max in-flight bytes.",
 		}),
 	}
 }
@@ -42,5 +47,5 @@ func (m *metrics) observe(api string, d time.Duration) {
 
 // Collectors returns the listener's metrics for registration.
 func (s *Server) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.m.requests, s.m.conns, s.m.refusedConns, s.m.refusedRequests}
+	return []prometheus.Collector{s.m.requests, s.m.conns, s.m.refusedConns, s.m.refusedRequests, s.m.inFlightBytes}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/cluster"
@@ -38,6 +39,12 @@ const (
 	DefaultMaxRequestBytes = rpc.DefaultMaxRecvBytes
 	// DefaultMaxConnections bounds the open connections of one listener.
 	DefaultMaxConnections = 10_000
+	// DefaultMaxInFlightBytes bounds the request bytes all of a listener's
+	// connections hold at once: sixteen of the largest requests. A
+	// consumer's requests are tens of bytes to kilobytes, so thousands of
+	// them fit; without it 10,000 connections each sending a 16 MiB
+	// request would hold 160 GiB.
+	DefaultMaxInFlightBytes = 16 * DefaultMaxRequestBytes
 	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
 	DefaultIdleTimeout = 10 * time.Minute
 	// DefaultRequestTimeout bounds every request but JoinGroup (which may
@@ -67,9 +74,15 @@ type Config struct {
 
 	MaxRequestBytes int
 	MaxConnections  int
-	IdleTimeout     time.Duration
-	RequestTimeout  time.Duration
-	MaxFetchWait    time.Duration
+	// MaxInFlightBytes bounds the bytes of the requests being read or
+	// served on all connections together (Kafka's
+	// queued.max.request.bytes). A request past it waits, its bytes left
+	// in the socket, up to the request timeout; then its connection
+	// closes.
+	MaxInFlightBytes int
+	IdleTimeout      time.Duration
+	RequestTimeout   time.Duration
+	MaxFetchWait     time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -78,6 +91,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = max(DefaultMaxInFlightBytes, c.MaxRequestBytes)
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
@@ -105,6 +121,9 @@ type Server struct {
 	tlsConf *tls.Config
 	live    liveness
 	meta    metadataCache
+	// inFlight holds MaxInFlightBytes: each request takes its size from
+	// before its body is read until its answer is written.
+	inFlight *semaphore.Weighted
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -123,9 +142,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kafka listener: max request bytes %d is below 1024", cfg.MaxRequestBytes)
 	case cfg.MaxConnections < 1:
 		return nil, fmt.Errorf("kafka listener: max connections %d must be positive", cfg.MaxConnections)
+	case cfg.MaxInFlightBytes < cfg.MaxRequestBytes:
+		return nil, fmt.Errorf("kafka listener: max in-flight bytes %d is below max request bytes %d: the largest request could never be read", cfg.MaxInFlightBytes, cfg.MaxRequestBytes)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, authz: rpc.NewAuthorizer(cfg.Security), log: cfg.Logger.With("component", "kafka"), m: newMetrics(), ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	s := newServer(cfg)
 	if cfg.Security.TLS != nil {
 		// A certificate is asked for but not required: without one the
 		// caller is anonymous and authorization refuses what it may not do.
@@ -234,6 +254,15 @@ type conn struct {
 	out []byte
 }
 
+// newServer is a listener of a checked, defaulted configuration.
+func newServer(cfg Config) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg: cfg, authz: rpc.NewAuthorizer(cfg.Security), log: cfg.Logger.With("component", "kafka"), m: newMetrics(),
+		ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, inFlight: semaphore.NewWeighted(int64(cfg.MaxInFlightBytes)),
+	}
+}
+
 // maxKeptAnswerBytes bounds the answer buffer a connection keeps between
 // requests.
 const maxKeptAnswerBytes = 1 << 20
@@ -275,33 +304,77 @@ func (s *Server) serveConn(nc net.Conn) {
 			s.log.Warn("kafka request refused: its size is out of range; closing the connection", "remote", nc.RemoteAddr(), "size", n, "max", s.cfg.MaxRequestBytes)
 			return
 		}
-		// The body must follow within the request timeout: the idle
-		// timeout is for the quiet between requests, not a stalled one.
-		_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
-		frame, err := readFrame(r, int(n))
-		if err != nil {
+		if !s.serveRequest(c, r, w, int(n)) {
 			return
 		}
-		_ = c.nc.SetReadDeadline(time.Time{})
-		out, err := s.handle(c, frame)
-		if err != nil {
-			s.m.refusedRequests.Inc()
-			s.log.Warn("kafka request refused; closing the connection", "remote", nc.RemoteAddr(), "client", c.principal, "err", err)
-			return
+	}
+}
+
+// serveRequest reads a request body of n bytes, serves it and writes the
+// answer; false closes the connection.
+func (s *Server) serveRequest(c *conn, r *bufio.Reader, w *bufio.Writer, n int) bool {
+	// The body must follow within the request timeout: the idle timeout
+	// is for the quiet between requests, not a stalled one.
+	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
+	var held int64
+	defer func() { s.release(held) }()
+	frame, err := readFrame(r, n, func(more int) bool {
+		if !s.acquire(int64(more)) {
+			return false
 		}
-		_ = c.nc.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
-		if _, err := w.Write(out); err != nil {
-			return
+		held += int64(more)
+		return true
+	})
+	if errors.Is(err, errNoRoom) {
+		s.m.refusedRequests.Inc()
+		s.log.Warn("kafka request refused: the listener's in-flight request bytes stayed spent for the request timeout; closing the connection",
+			"remote", c.nc.RemoteAddr(), "size", n, "max_in_flight_bytes", s.cfg.MaxInFlightBytes, "request_timeout", s.cfg.RequestTimeout)
+	}
+	if err != nil {
+		return false
+	}
+	_ = c.nc.SetReadDeadline(time.Time{})
+	out, err := s.handle(c, frame)
+	if err != nil {
+		s.m.refusedRequests.Inc()
+		s.log.Warn("kafka request refused; closing the connection", "remote", c.nc.RemoteAddr(), "client", c.principal, "err", err)
+		return false
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
+	if _, err := w.Write(out); err != nil {
+		return false
+	}
+	if err := w.Flush(); err != nil {
+		return false
+	}
+	if c.closing {
+		return false
+	}
+	if c.out = out[:0]; cap(c.out) > maxKeptAnswerBytes {
+		c.out = nil
+	}
+	return true
+}
+
+// acquire takes n of the listener's in-flight request bytes, waiting up to
+// the request timeout (or the listener's closing) while other
+// connections' requests hold them.
+func (s *Server) acquire(n int64) bool {
+	if !s.inFlight.TryAcquire(n) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+		defer cancel()
+		if s.inFlight.Acquire(ctx, n) != nil {
+			return false
 		}
-		if err := w.Flush(); err != nil {
-			return
-		}
-		if c.closing {
-			return
-		}
-		if c.out = out[:0]; cap(c.out) > maxKeptAnswerBytes {
-			c.out = nil
-		}
+	}
+	s.m.inFlightBytes.Add(float64(n))
+	return true
+}
+
+func (s *Server) release(n int64) {
+	if n > 0 {
+		s.m.inFlightBytes.Sub(float64(n))
+		s.inFlight.Release(n)
 	}
 }
 
@@ -309,19 +382,31 @@ func (s *Server) serveConn(nc net.Conn) {
 // body arrives.
 const frameChunk = 64 << 10
 
+// errNoRoom ends the read of a request that found no room in the
+// listener's in-flight bytes within the request timeout.
+var errNoRoom = errors.New("no room in the listener's in-flight request bytes")
+
 // readFrame reads a request body of n bytes. The size is the client's
 // claim: the buffer grows as the bytes arrive, so a client that announces
 // the largest request and sends little of it holds about what it sent.
-func readFrame(r io.Reader, n int) ([]byte, error) {
-	frame := make([]byte, 0, min(n, frameChunk))
-	for len(frame) < n {
-		got := len(frame)
-		frame = append(frame, make([]byte, min(n-got, max(got, frameChunk)))...)
+// The first chunk is free; each growth past it is asked of take first
+// (the listener's in-flight bytes), so the requests of every heartbeat,
+// commit and join, far under a chunk, never wait for room.
+func readFrame(r io.Reader, n int, take func(int) bool) ([]byte, error) {
+	frame := make([]byte, min(n, frameChunk))
+	for got := 0; ; {
 		if _, err := io.ReadFull(r, frame[got:]); err != nil {
 			return nil, err
 		}
+		if got = len(frame); got == n {
+			return frame, nil
+		}
+		more := min(n-got, got)
+		if !take(more) {
+			return nil, errNoRoom
+		}
+		frame = append(make([]byte, 0, got+more), frame...)[:got+more]
 	}
-	return frame, nil
 }
 
 // header is a request header (v1, or v2 for flexible versions).
