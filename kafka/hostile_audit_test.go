@@ -28,7 +28,7 @@ func auditBudgets() fsm.Budgets {
 // startAuditCluster is a one-node cluster serving Kafka under
 // auditBudgets, with the topic orders (4 partitions) and a consumer group
 // (KIP-848) "cg" of one member.
-func startAuditCluster(t *testing.T) *testcluster.Cluster {
+func startAuditCluster(t testing.TB) *testcluster.Cluster {
 	t.Helper()
 	opts := testcluster.Options{Coordinator: testcluster.DefaultCoordinator(), Kafka: true}
 	opts.Coordinator.Budgets = auditBudgets()

@@ -37,7 +37,7 @@ func startCluster(t *testing.T) (*testcluster.Cluster, *kadm.Client) {
 // waitBrokers waits until every node names every node as a broker: a
 // node's Kafka address enters the registry once the cluster writes under
 // command rules 5, which is after every node registered once.
-func waitBrokers(t *testing.T, c *testcluster.Cluster) {
+func waitBrokers(t testing.TB, c *testcluster.Cluster) {
 	t.Helper()
 	for i, n := range c.Nodes {
 		testcluster.WaitFor(t, 30*time.Second, "every broker in the registry", func() (bool, string) {

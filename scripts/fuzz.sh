@@ -9,7 +9,7 @@
 #   scripts/fuzz.sh -t 5m ./rpc -m '^FuzzCluster'
 #   scripts/fuzz.sh ./rpc 5m '^FuzzCluster'  # the older form: PKG [FUZZTIME [REGEXP]]
 #
-# Packages default to ./fsm ./assign ./rpc, FUZZTIME to 5m, REGEXP to ^Fuzz.
+# Packages default to ./fsm ./assign ./rpc ./kafka, FUZZTIME to 5m, REGEXP to ^Fuzz.
 # A target that fails (a crash, a failed check, a build error) fails the
 # script, after the other targets have run: its whole output is printed,
 # and go has written the failing input to testdata/fuzz/<Target>/ (commit
@@ -59,7 +59,7 @@ while [ $# -gt 0 ]; do
 		;;
 	esac
 done
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(./fsm ./assign ./rpc)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./fsm ./assign ./rpc ./kafka)
 is_duration "$fuzztime" || { echo "fuzz.sh: FUZZTIME $fuzztime is not a go duration (10s, 5m) or count (1000x)" >&2; exit 2; }
 
 # corpus_files DIR: the names of the inputs in DIR, one a line.
