@@ -15,12 +15,22 @@ import (
 // start 0): Cohort keeps no records, and an answer at the consumer's own
 // offset never moves it (no OFFSET_OUT_OF_RANGE, no reset). It waits the
 // request's max wait first (capped), as a broker with no new data does,
-// so a consumer's fetch loop does not spin. Fetch sessions are declined
+// so a consumer's fetch loop does not spin, and builds the answer after
+// the wait, so that a waiting fetch holds no answer. Fetch sessions are declined
 // (session ID 0): each fetch is a full one. A caller who may not list
 // topics learns nothing of them (which partitions exist), as from
 // Metadata: every partition is TOPIC_AUTHORIZATION_FAILED.
 func (c *call) fetch(r *kmsg.FetchRequest) kmsg.Response {
 	s := c.s
+	wait := min(time.Duration(r.MaxWaitMillis)*time.Millisecond, s.cfg.MaxFetchWait)
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+		}
+	}
 	allowed := c.mayListTopics()
 	resp := kmsg.NewPtrFetchResponse()
 	for _, t := range r.Topics {
@@ -43,15 +53,6 @@ func (c *call) fetch(r *kmsg.FetchRequest) kmsg.Response {
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
-	}
-	wait := min(time.Duration(r.MaxWaitMillis)*time.Millisecond, s.cfg.MaxFetchWait)
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.ctx.Done():
-		}
 	}
 	return resp
 }

@@ -310,14 +310,14 @@ func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
 	}
 
 	// a announces 1 MiB and stalls after half of it: it holds what its
-	// buffer grew to past the first chunk (64 + 128 + 256 KiB), and the
+	// buffer grew to past the first chunk (4 + 8 + ... + 256 KiB), and the
 	// 512 KiB it asks for next.
 	a := pipeConn(t, s)
 	_ = a.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := a.Write(append(binary.BigEndian.AppendUint32(nil, limit), make([]byte, limit/2)...)); err != nil {
 		t.Fatal(err)
 	}
-	aHolds := limit - 2*frameChunk + frameChunk
+	aHolds := limit - frameChunk
 	waitInFlight(aHolds)
 
 	// b's small request is answered.
@@ -327,7 +327,7 @@ func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
 	av.SetVersion(0)
 	pipeAsk(t, b, 1, av, kmsg.NewPtrApiVersionsResponse())
 
-	// c's large one needs more than the 64 KiB left: it is not answered
+	// c's large one needs more than the chunk left: it is not answered
 	// while a holds its bytes, and is once a's connection goes.
 	md := kmsg.NewPtrMetadataRequest()
 	md.SetVersion(4)

@@ -195,6 +195,10 @@ func TestHostile_ArraysOverTheBudgetsCloseTheConnection(t *testing.T) {
 			req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
 			return req
 		}()},
+		{"Fetch topics", fetch(topics+1, 1)},
+		{"Fetch partitions", fetch(1, int(b.Partitions)+1)},
+		{"ListOffsets topics", listOffsets(topics+1, 1)},
+		{"ListOffsets partitions", listOffsets(1, int(b.Partitions)+1)},
 		{"LeaveGroup members", func() kmsg.Request {
 			req := kmsg.NewPtrLeaveGroupRequest()
 			req.SetVersion(5)
@@ -248,6 +252,12 @@ func TestHostile_ArraysOverTheBudgetsCloseTheConnection(t *testing.T) {
 	}
 	if got := r.do(dg(groups)).(*kmsg.DescribeGroupsResponse).Groups; len(got) != groups {
 		t.Fatalf("DescribeGroups of %d groups answered %d", groups, len(got))
+	}
+	if got := r.do(fetch(topics, int(b.Partitions)/topics)).(*kmsg.FetchResponse).Topics; len(got) != topics {
+		t.Fatalf("Fetch of %d topics answered %d", topics, len(got))
+	}
+	if got := r.do(listOffsets(1, int(b.Partitions))).(*kmsg.ListOffsetsResponse).Topics; len(got) != 1 || len(got[0].Partitions) != int(b.Partitions) {
+		t.Fatalf("ListOffsets of %d partitions answered %+v", b.Partitions, got)
 	}
 
 	// Nothing committed changed: orders keeps its partitions, cg its
@@ -307,4 +317,41 @@ func TestHostile_ListGroupsStatesFilterAsKafkaReadsIt(t *testing.T) {
 	if got := list(many...); got["cg"] != state || len(got) != 1 {
 		t.Fatalf("ListGroups of %d repeated states: %v, want cg (%s)", len(many), got, state)
 	}
+}
+
+// fetch is a Fetch of the given number of topics (orders, then others)
+// with partitions partitions each, answered at once.
+func fetch(topics, partitions int) kmsg.Request {
+	req := kmsg.NewPtrFetchRequest()
+	req.SetVersion(12)
+	req.MaxWaitMillis = 0
+	for _, name := range append([]string{"orders"}, names("t", topics-1)...) {
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = name
+		for p := range partitions {
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.Partition = int32(p)
+			ft.Partitions = append(ft.Partitions, fp)
+		}
+		req.Topics = append(req.Topics, ft)
+	}
+	return req
+}
+
+// listOffsets is a ListOffsets of the given number of topics (orders,
+// then others) with partitions partitions each.
+func listOffsets(topics, partitions int) kmsg.Request {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.SetVersion(7)
+	for _, name := range append([]string{"orders"}, names("t", topics-1)...) {
+		lt := kmsg.NewListOffsetsRequestTopic()
+		lt.Topic = name
+		for p := range partitions {
+			lp := kmsg.NewListOffsetsRequestTopicPartition()
+			lp.Partition = int32(p)
+			lt.Partitions = append(lt.Partitions, lp)
+		}
+		req.Topics = append(req.Topics, lt)
+	}
+	return req
 }

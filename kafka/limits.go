@@ -71,10 +71,33 @@ func (s *Server) overLimit(req kmsg.Request) error {
 		return over(req, "topics", len(r.Topics), s.budgets().Topics, "topics")
 	case *kmsg.DeleteTopicsRequest:
 		return over(req, "topics", max(len(r.TopicNames), len(r.Topics)), s.budgets().Topics, "topics")
+	case *kmsg.FetchRequest:
+		partitions := 0
+		for _, t := range r.Topics {
+			partitions += len(t.Partitions)
+		}
+		return fetchOverLimit(req, s.budgets(), len(r.Topics)+len(r.ForgottenTopics), partitions)
+	case *kmsg.ListOffsetsRequest:
+		partitions := 0
+		for _, t := range r.Topics {
+			partitions += len(t.Partitions)
+		}
+		return fetchOverLimit(req, s.budgets(), len(r.Topics), partitions)
 	case *kmsg.CreatePartitionsRequest:
 		return over(req, "topics", len(r.Topics), s.budgets().Topics, "topics")
 	}
 	return nil
+}
+
+// fetchOverLimit bounds a Fetch or ListOffsets: no more topics and
+// partitions than may exist. A Fetch holds its request and answer for its
+// max wait, so without it a 16 MiB Fetch would hold hundreds of MiB for
+// seconds.
+func fetchOverLimit(req kmsg.Request, b fsm.Budgets, topics, partitions int) error {
+	if err := over(req, "topics", topics, b.Topics, "topics"); err != nil {
+		return err
+	}
+	return over(req, "partitions", partitions, b.Partitions, "partitions")
 }
 
 // over is the refusal of a list of n over limit, or nil.
