@@ -325,7 +325,7 @@ func (s *Server) serveRequest(c *conn, r *bufio.Reader, w *bufio.Writer, n int) 
 		held += int64(more)
 		return true
 	})
-	if errors.Is(err, errNoRoom) {
+	if errors.Is(err, errNoRoom) && s.ctx.Err() == nil { // not the listener closing
 		s.m.refusedRequests.Inc()
 		s.log.Warn("kafka request refused: the listener's in-flight request bytes stayed spent for the request timeout; closing the connection",
 			"remote", c.nc.RemoteAddr(), "size", n, "max_in_flight_bytes", s.cfg.MaxInFlightBytes, "request_timeout", s.cfg.RequestTimeout)
