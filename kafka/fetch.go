@@ -16,9 +16,9 @@ import (
 // offset never moves it (no OFFSET_OUT_OF_RANGE, no reset). It waits the
 // request's max wait first (capped), as a broker with no new data does,
 // so a consumer's fetch loop does not spin, and builds the answer after
-// the wait, so that a waiting fetch holds no answer. Fetch sessions are declined
-// (session ID 0): each fetch is a full one. A caller who may not list
-// topics learns nothing of them (which partitions exist), as from
+// the wait, so that a waiting fetch holds no answer. Fetch sessions are
+// declined (session ID 0): each fetch is a full one. A caller who may not
+// list topics learns nothing of them (which partitions exist), as from
 // Metadata: every partition is TOPIC_AUTHORIZATION_FAILED.
 func (c *call) fetch(r *kmsg.FetchRequest) kmsg.Response {
 	s := c.s

@@ -40,10 +40,10 @@ const (
 	// DefaultMaxConnections bounds the open connections of one listener.
 	DefaultMaxConnections = 10_000
 	// DefaultMaxInFlightBytes bounds the request bytes all of a listener's
-	// connections hold at once: sixteen of the largest requests. A
-	// consumer's requests are tens of bytes to kilobytes, so thousands of
-	// them fit; without it 10,000 connections each sending a 16 MiB
-	// request would hold 160 GiB.
+	// connections hold at once past each request's first chunk (4 KiB):
+	// sixteen of the largest requests. A consumer's requests are hundreds
+	// of bytes and never take from it; without it 10,000 connections each
+	// sending a 16 MiB request would hold 160 GiB.
 	DefaultMaxInFlightBytes = 16 * DefaultMaxRequestBytes
 	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
 	DefaultIdleTimeout = 10 * time.Minute
@@ -75,10 +75,10 @@ type Config struct {
 	MaxRequestBytes int
 	MaxConnections  int
 	// MaxInFlightBytes bounds the bytes of the requests being read or
-	// served on all connections together (Kafka's
-	// queued.max.request.bytes). A request past it waits, its bytes left
-	// in the socket, up to the request timeout; then its connection
-	// closes.
+	// served on all connections together, past each one's first chunk
+	// (Kafka's queued.max.request.bytes). A request that finds no room
+	// stops being read, its bytes left in the socket, for up to the
+	// request timeout; then its connection closes.
 	MaxInFlightBytes int
 	IdleTimeout      time.Duration
 	RequestTimeout   time.Duration
@@ -121,8 +121,9 @@ type Server struct {
 	tlsConf *tls.Config
 	live    liveness
 	meta    metadataCache
-	// inFlight holds MaxInFlightBytes: each request takes its size from
-	// before its body is read until its answer is written.
+	// inFlight holds MaxInFlightBytes: a request takes each growth of its
+	// buffer past the first chunk before reading into it, and gives all
+	// back once its answer is written.
 	inFlight *semaphore.Weighted
 
 	mu     sync.Mutex
