@@ -409,7 +409,9 @@ func readFrame(r io.Reader, n int, take func(int) bool) ([]byte, error) {
 		if !take(more) {
 			return nil, errNoRoom
 		}
-		frame = append(make([]byte, 0, got+more), frame...)[:got+more]
+		grown := make([]byte, got+more)
+		copy(grown, frame)
+		frame = grown
 	}
 }
 
