@@ -20,6 +20,7 @@ import (
 	"github.com/cohortlabs/cohort/cluster"
 	"github.com/cohortlabs/cohort/coordinator"
 	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/internal/lograte"
 	"github.com/cohortlabs/cohort/rpc"
 )
 
@@ -125,6 +126,8 @@ type Server struct {
 	// buffer past the first chunk before reading into it, and gives all
 	// back once its answer is written.
 	inFlight *semaphore.Weighted
+	// refusedWarn spaces the warnings about refused connections.
+	refusedWarn lograte.Limiter
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -204,7 +207,9 @@ func (s *Server) track(nc net.Conn) bool {
 	}
 	if len(s.conns) >= s.cfg.MaxConnections {
 		s.m.refusedConns.Inc()
-		s.log.Warn("kafka connection refused: the listener is full", "remote", nc.RemoteAddr(), "max_connections", s.cfg.MaxConnections)
+		if s.refusedWarn.Allow() {
+			s.log.Warn("kafka connection refused: the listener is full (a warning at most every 10 s)", "remote", nc.RemoteAddr(), "max_connections", s.cfg.MaxConnections)
+		}
 		return false
 	}
 	s.conns[nc] = struct{}{}

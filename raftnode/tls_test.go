@@ -17,6 +17,7 @@ import (
 
 	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/internal/lograte"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
@@ -321,7 +322,7 @@ func TestTLS_SilentConnection_HoldsSlotUntilHandshakeTimeout(t *testing.T) {
 		}
 	}
 	if n := strings.Count(out, "TLS handshake failed"); n != 1 {
-		t.Errorf("%d warnings for %d refused handshakes within %s, want 1:\n%s", n, maxConns, refusedLogInterval, out)
+		t.Errorf("%d warnings for %d refused handshakes within %s, want 1:\n%s", n, maxConns, lograte.Interval, out)
 	}
 	(&testCluster{t: t, nodes: []*testNode{tn}}).leader().apply(t, createTopic("t", 1))
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cohortlabs/cohort/auth"
+	"github.com/cohortlabs/cohort/internal/lograte"
 	"github.com/hashicorp/raft"
 )
 
@@ -80,8 +81,8 @@ type streamLayer struct {
 	refused           atomic.Uint64
 	refusedHandshakes atomic.Uint64
 	idleClosed        atomic.Uint64
-	refusedWarn       warnLimiter
-	handshakeWarn     warnLimiter
+	refusedWarn       lograte.Limiter
+	handshakeWarn     lograte.Limiter
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -93,26 +94,6 @@ type configSource func() (raft.Configuration, error)
 type acceptResult struct {
 	conn net.Conn
 	err  error
-}
-
-// refusedLogInterval spaces the warnings about refused connections: a
-// flood must not become a flood of log lines.
-const refusedLogInterval = 10 * time.Second
-
-// warnLimiter lets one warning through per refusedLogInterval.
-type warnLimiter struct {
-	mu   sync.Mutex
-	last time.Time
-}
-
-func (w *warnLimiter) allow() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if now := time.Now(); now.Sub(w.last) >= refusedLogInterval {
-		w.last = now
-		return true
-	}
-	return false
 }
 
 // newStreamLayer listens on bind for plaintext TCP. advertise, when not
@@ -383,7 +364,7 @@ func serverIDs(cfg raft.Configuration) []raft.ServerID {
 
 func (s *streamLayer) noteRefused(from net.Addr) {
 	n := s.refused.Add(1)
-	if s.refusedWarn.allow() {
+	if s.refusedWarn.Allow() {
 		s.log.Warn("raft connection refused: too many open connections (--raft-max-conns)",
 			"remote_address", from.String(), "max_conns", s.maxConns, "refused_total", n)
 	}
@@ -391,7 +372,7 @@ func (s *streamLayer) noteRefused(from net.Addr) {
 
 func (s *streamLayer) noteRefusedHandshake(from net.Addr, reason error) {
 	n := s.refusedHandshakes.Add(1)
-	if s.handshakeWarn.allow() {
+	if s.handshakeWarn.Allow() {
 		s.log.Warn("raft connection refused: TLS handshake failed",
 			"remote_address", from.String(), "reason", reason.Error(), "refused_handshakes_total", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/cohortlabs/cohort/auth"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
@@ -134,10 +136,20 @@ func (nodeToken) RequireTransportSecurity() bool { return false }
 // follower refuses before it forwards and the leader checks again.
 type Authorizer struct {
 	sec Security
+	// tapRefused counts the calls Tap refused.
+	tapRefused prometheus.Counter
 }
 
 // NewAuthorizer authorizes by sec.
-func NewAuthorizer(sec Security) *Authorizer { return &Authorizer{sec: sec} }
+func NewAuthorizer(sec Security) *Authorizer {
+	return &Authorizer{sec: sec, tapRefused: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cohort_grpc_calls_refused_unauthenticated_total",
+		Help: "gRPC calls without a credential refused as their headers arrived, before their message was read.",
+	})}
+}
+
+// Collector counts the calls refused before their message was read.
+func (a *Authorizer) Collector() prometheus.Collector { return a.tapRefused }
 
 // UnaryInterceptor authenticates and authorizes a unary call.
 func (a *Authorizer) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -165,6 +177,32 @@ type contextStream struct {
 }
 
 func (s *contextStream) Context() context.Context { return s.ctx }
+
+// Tap refuses a call without a credential as soon as its headers arrive,
+// before its request message is read (grpc.InTapHandle): an anonymous
+// caller of a node that enforces authorization gets Unauthenticated at
+// once and cannot make the node hold the megabytes of a request it will
+// refuse anyway. Public methods and, in permissive mode, plaintext callers
+// without credentials pass, as in check; everything else check decides
+// after the message, as before.
+func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !a.sec.Enforced() || public(info.FullMethodName) {
+		return ctx, nil
+	}
+	if a.sec.Permissive && overPlaintext(ctx) && metadataValue(ctx, AuthorizationHeader) == "" {
+		return ctx, nil
+	}
+	p, err := a.direct(ctx)
+	if err != nil {
+		a.tapRefused.Inc()
+		return ctx, err
+	}
+	if p.Anonymous() {
+		a.tapRefused.Inc()
+		return ctx, needsCredential(info.FullMethodName)
+	}
+	return ctx, nil
+}
 
 func (a *Authorizer) check(ctx context.Context, method string, req any) (context.Context, error) {
 	if !a.sec.Enforced() {
@@ -282,6 +320,16 @@ func (a *Authorizer) direct(ctx context.Context) (auth.Principal, error) {
 // rule decides whether p may make a call with req (nil for streams).
 type rule func(p auth.Principal, req any) error
 
+// public reports whether anyone may call method (its rule is nil).
+func public(method string) bool {
+	r, ok := authorizationRules[method]
+	return ok && r == nil
+}
+
+func needsCredential(method string) error {
+	return status.Errorf(codes.Unauthenticated, "%s needs a credential: a client certificate (--tls-cert/--tls-key) or a bearer token", method)
+}
+
 // authorize applies method's rule; a method without one needs admin.
 func authorize(p auth.Principal, method string, req any) error {
 	r, ok := authorizationRules[method]
@@ -292,7 +340,7 @@ func authorize(p auth.Principal, method string, req any) error {
 		return nil
 	}
 	if p.Anonymous() {
-		return status.Errorf(codes.Unauthenticated, "%s needs a credential: a client certificate (--tls-cert/--tls-key) or a bearer token", method)
+		return needsCredential(method)
 	}
 	if err := r(p, req); err != nil {
 		return status.Errorf(codes.PermissionDenied, "%s may not call %s: %v", p, method, err)

@@ -35,6 +35,19 @@ const (
 	// a partition) stops holding its streams within their sum.
 	DefaultKeepaliveTime    = time.Minute
 	DefaultKeepaliveTimeout = 20 * time.Second
+	// DefaultMaxConnections bounds the connections open on the gRPC port at
+	// once, as the Kafka listener's (kafka.DefaultMaxConnections): a member
+	// or a cohortctl holds one, a node one to the leader.
+	DefaultMaxConnections = 10_000
+	// DefaultHandshakeTimeout is how long a new connection has to finish
+	// its TLS handshake and HTTP/2 preface (gRPC's own default is 2
+	// minutes, during which the connection holds a slot).
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxConnectionIdle closes a connection with no call in flight
+	// for this long (Kafka's connections.max.idle.ms): a client's
+	// connection comes back at its next call. A member is never idle: it
+	// heartbeats or watches.
+	DefaultMaxConnectionIdle = 10 * time.Minute
 )
 
 // MaxClientRecvBytes is the receive limit of every client of a node that
@@ -61,6 +74,15 @@ type Limits struct {
 	// answered with GOAWAY. Pings are allowed without calls in flight (the
 	// forwarding path's connections are idle most of the time).
 	KeepaliveMinTime time.Duration
+	// MaxConnections bounds the connections open at once; one more is
+	// closed as soon as it is accepted (LimitConnections).
+	MaxConnections int
+	// HandshakeTimeout: a connection that has not finished its TLS
+	// handshake and HTTP/2 preface within it is closed.
+	HandshakeTimeout time.Duration
+	// MaxConnectionIdle: a connection with no call in flight for this long
+	// is sent GOAWAY and closed.
+	MaxConnectionIdle time.Duration
 }
 
 // DefaultLimits are the limits cohortd starts from.
@@ -72,6 +94,9 @@ func DefaultLimits() Limits {
 		KeepaliveTime:        DefaultKeepaliveTime,
 		KeepaliveTimeout:     DefaultKeepaliveTimeout,
 		KeepaliveMinTime:     forwardPingInterval / 2,
+		MaxConnections:       DefaultMaxConnections,
+		HandshakeTimeout:     DefaultHandshakeTimeout,
+		MaxConnectionIdle:    DefaultMaxConnectionIdle,
 	}
 }
 
@@ -94,6 +119,12 @@ func (l Limits) Validate() error {
 	if l.KeepaliveMinTime <= 0 || l.KeepaliveMinTime > forwardPingInterval {
 		errs = append(errs, fmt.Errorf("grpc keepalive min time %s: must be positive and at most the forwarding ping interval %s", l.KeepaliveMinTime, forwardPingInterval))
 	}
+	if l.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("grpc max conns %d: must be at least 1", l.MaxConnections))
+	}
+	if l.HandshakeTimeout <= 0 || l.MaxConnectionIdle <= 0 {
+		errs = append(errs, fmt.Errorf("grpc handshake timeout %s, max conn idle %s: must be positive", l.HandshakeTimeout, l.MaxConnectionIdle))
+	}
 	return errors.Join(errs...)
 }
 
@@ -104,7 +135,8 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 		grpc.MaxSendMsgSize(l.MaxSendBytes),
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout, MaxConnectionIdle: l.MaxConnectionIdle}),
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
 	}
 }
 

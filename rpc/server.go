@@ -171,13 +171,17 @@ func NewServer(e *coordinator.Engine, cl *cluster.Cluster, sec Security, log *sl
 }
 
 // ServerOptions are the options to create the grpc.Server with: the
-// limits, TLS when configured, and the interceptors: metrics first (so
-// they see refused and forwarded calls too), authentication and
+// limits, TLS when configured, the tap that refuses a call without a
+// credential before its message is read (Authorizer.Tap; counted in
+// cohort_grpc_calls_refused_unauthenticated_total, as the interceptors
+// never see it), and the interceptors: metrics first (so they see refused
+// and forwarded calls too), authentication and
 // authorization (a follower refuses before it forwards), the UTF-8 check
 // of every request (before a follower forwards it), then forwarding.
 func (s *Server) ServerOptions(limits Limits) []grpc.ServerOption {
 	opts := append(limits.ServerOptions(), s.security.ServerOptions()...)
 	return append(opts,
+		grpc.InTapHandle(s.Authz.Tap),
 		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Authz.UnaryInterceptor, UTF8UnaryInterceptor, s.Forwarder.UnaryInterceptor),
 		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), s.Authz.StreamInterceptor, UTF8StreamInterceptor, s.Forwarder.StreamInterceptor),
 	)

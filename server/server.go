@@ -75,7 +75,7 @@ type Server struct {
 
 	peers    *rpc.PeerClient
 	log      *slog.Logger
-	lis      net.Listener
+	lis      *rpc.ConnLimiter
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
 	serveErr chan error
@@ -164,7 +164,7 @@ func Start(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: api.Health, Kafka: ks,
-		peers: peers, log: log, lis: cfg.GRPCListener, cancel: cancel, serveErr: make(chan error, 1),
+		peers: peers, log: log, lis: rpc.LimitConnections(cfg.GRPCListener, cfg.GRPC.MaxConnections, log), cancel: cancel, serveErr: make(chan error, 1),
 	}
 	sub := node.SubscribeLeadership()
 	leading := make(chan bool)
@@ -184,7 +184,7 @@ func Start(cfg Config) (*Server, error) {
 	}()
 	go func() {
 		defer s.done.Done()
-		if err := gs.Serve(cfg.GRPCListener); err != nil {
+		if err := gs.Serve(s.lis); err != nil {
 			s.serveErr <- fmt.Errorf("gRPC server on %s: %w", cfg.GRPCListener.Addr(), err)
 		}
 	}()
@@ -245,6 +245,8 @@ func (s *Server) Err() <-chan error { return s.serveErr }
 // Collectors are the node's Prometheus metrics.
 func (s *Server) Collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{s.Node.Collector(), s.API.Metrics, newGroupStateCollector(s.FSM)}
+	cs = append(cs, s.API.Authz.Collector())
+	cs = append(cs, s.lis.Collectors()...)
 	if s.Kafka != nil {
 		cs = append(cs, s.Kafka.Collectors()...)
 	}
