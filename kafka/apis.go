@@ -28,7 +28,7 @@ var apis = map[int16]versions{
 	kmsg.OffsetFetch.Int16():      {0, 9},
 	kmsg.OffsetDelete.Int16():     {0, 0},
 	kmsg.DescribeGroups.Int16():   {0, 5},
-	kmsg.ListGroups.Int16():       {0, 4},
+	kmsg.ListGroups.Int16():       {0, 5},
 	kmsg.DeleteGroups.Int16():     {0, 2},
 	kmsg.CreateTopics.Int16():     {0, 7},
 	kmsg.DeleteTopics.Int16():     {0, 5},

@@ -99,21 +99,45 @@ func statesFilter(filter []string) (states []string, none bool) {
 	return states, len(filter) > 0 && len(states) == 0
 }
 
+// Kafka's group types (ListGroups v5): a group joined with JoinGroup is
+// classic (every gRPC group too), one joined with ConsumerGroupHeartbeat
+// is consumer.
+const (
+	classicGroupType  = "classic"
+	consumerGroupType = "consumer"
+)
+
+// typesFilter is a ListGroups types filter (v5) as Kafka reads one: case
+// does not matter, and a type Cohort has no group of (share, streams, a
+// name Kafka does not know) matches no group rather than failing the
+// request. No filter lists both types.
+func typesFilter(filter []string) (classic, consumer bool) {
+	if len(filter) == 0 {
+		return true, true
+	}
+	for _, name := range filter {
+		classic = classic || strings.EqualFold(name, classicGroupType)
+		consumer = consumer || strings.EqualFold(name, consumerGroupType)
+	}
+	return classic, consumer
+}
+
 // listGroups lists the groups this node coordinates: every group on the
 // leader, none on a follower, so that a client asking every broker (as
 // Kafka's admin clients do) gets each group once.
 func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := kmsg.NewPtrListGroupsResponse()
 	states, none := statesFilter(r.StatesFilter)
+	classic, consumer := typesFilter(r.TypesFilter)
 	req := &cohortv1.ListGroupsRequest{States: states}
 	if err := c.authorize(cohortv1.GroupCoordinator_ListGroups_FullMethodName, req); err != nil {
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return resp
 	}
-	if none {
+	if none || !classic && !consumer {
 		return resp
 	}
-	for {
+	for classic {
 		out, err := c.s.cfg.Engine.ListGroups(ctx, req)
 		if errcode.Of(err) == errcode.NotLeader {
 			return kmsg.NewPtrListGroupsResponse()
@@ -127,7 +151,7 @@ func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.R
 				continue // listed below, as Kafka lists consumer groups
 			}
 			lg := kmsg.NewListGroupsResponseGroup()
-			lg.Group, lg.GroupState, lg.GroupType = l.GetGroupId(), l.GetState(), "classic"
+			lg.Group, lg.GroupState, lg.GroupType = l.GetGroupId(), l.GetState(), classicGroupType
 			if l.GetProtocolType() != "" {
 				lg.ProtocolType = kafkaType(l.GetProtocolType())
 			}
@@ -137,6 +161,9 @@ func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.R
 			break
 		}
 		req.PageToken = out.GetNextPageToken()
+	}
+	if !consumer {
+		return resp
 	}
 	consumers, err := c.s.cfg.Engine.ConsumerGroups(ctx, nil)
 	if err != nil {
@@ -148,7 +175,7 @@ func (c *call) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.R
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()
-		lg.Group, lg.GroupState, lg.GroupType, lg.ProtocolType = g.ID, state, "consumer", "consumer"
+		lg.Group, lg.GroupState, lg.GroupType, lg.ProtocolType = g.ID, state, consumerGroupType, "consumer"
 		resp.Groups = append(resp.Groups, lg)
 	}
 	return resp

@@ -1,15 +1,21 @@
 package kafka_test
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortlabs/cohort/fsm"
+	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/kafkatest"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
@@ -316,6 +322,63 @@ func TestHostile_ListGroupsStatesFilterAsKafkaReadsIt(t *testing.T) {
 	}
 	if got := list(many...); got["cg"] != state || len(got) != 1 {
 		t.Fatalf("ListGroups of %d repeated states: %v, want cg (%s)", len(many), got, state)
+	}
+}
+
+// ListGroups v5 filters by group type as Kafka does: case does not
+// matter, a type Cohort has no group of matches nothing, no filter lists
+// both types, and each group says its type. kadm's ListGroupsByType,
+// which drops the filter when a broker offers v4 at most, gets the consumer
+// group alone.
+func TestListGroups_TypesFilterAsKafkaReadsIt(t *testing.T) {
+	c := startAuditCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A classic group: a standalone commit, through the gRPC API.
+	if _, err := c.Groups(0).OffsetCommit(ctx, &cohortv1.OffsetCommitRequest{GroupId: "cl", Generation: -1,
+		Offsets: []*cohortv1.OffsetCommitPartition{{Topic: "orders", Partition: 0, Offset: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	r := dial(t, c.KafkaAddr(0))
+	list := func(types ...string) map[string]string {
+		t.Helper()
+		req := kmsg.NewPtrListGroupsRequest()
+		req.SetVersion(5)
+		req.TypesFilter = types
+		resp := r.do(req).(*kmsg.ListGroupsResponse)
+		if resp.ErrorCode != 0 {
+			t.Fatalf("ListGroups of types %v: %v", types, kerr.ErrorForCode(resp.ErrorCode))
+		}
+		out := map[string]string{}
+		for _, g := range resp.Groups {
+			out[g.Group] = g.GroupType
+		}
+		return out
+	}
+	both := map[string]string{"cg": "consumer", "cl": "classic"}
+	for _, tc := range []struct {
+		types []string
+		want  map[string]string
+	}{
+		{nil, both},
+		{[]string{"consumer"}, map[string]string{"cg": "consumer"}},
+		{[]string{"CLASSIC"}, map[string]string{"cl": "classic"}},
+		{[]string{"Classic", "consumer", "share"}, both},
+		{[]string{"share"}, map[string]string{}},
+		{[]string{"streams", "no-such-type"}, map[string]string{}},
+	} {
+		if got := list(tc.types...); !maps.Equal(got, tc.want) {
+			t.Errorf("ListGroups v5 of types %v: %v, want %v", tc.types, got, tc.want)
+		}
+	}
+
+	adm := kadm.NewClient(kafkatest.NewClient(t, c.KafkaAddrs()))
+	listed, err := adm.ListGroupsByType(ctx, []string{"consumer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listed.Groups(); !slices.Equal(got, []string{"cg"}) {
+		t.Errorf("kadm ListGroupsByType(consumer): %v, want [cg]", got)
 	}
 }
 
