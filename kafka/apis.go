@@ -17,9 +17,9 @@ var apis = map[int16]versions{
 	kmsg.ApiVersions.Int16():      {0, 4},
 	kmsg.SASLHandshake.Int16():    {1, 1},
 	kmsg.SASLAuthenticate.Int16(): {0, 2},
-	kmsg.Metadata.Int16():         {0, 12},
-	kmsg.FindCoordinator.Int16():  {0, 5},
-	kmsg.DescribeCluster.Int16():  {0, 1},
+	kmsg.Metadata.Int16():         {0, 13},
+	kmsg.FindCoordinator.Int16():  {0, 6},
+	kmsg.DescribeCluster.Int16():  {0, 2},
 	kmsg.JoinGroup.Int16():        {0, 9},
 	kmsg.SyncGroup.Int16():        {0, 5},
 	kmsg.Heartbeat.Int16():        {0, 4},
@@ -27,7 +27,7 @@ var apis = map[int16]versions{
 	kmsg.OffsetCommit.Int16():     {0, 9},
 	kmsg.OffsetFetch.Int16():      {0, 9},
 	kmsg.OffsetDelete.Int16():     {0, 0},
-	kmsg.DescribeGroups.Int16():   {0, 5},
+	kmsg.DescribeGroups.Int16():   {0, 6},
 	kmsg.ListGroups.Int16():       {0, 5},
 	kmsg.DeleteGroups.Int16():     {0, 2},
 	kmsg.CreateTopics.Int16():     {0, 7},
@@ -37,7 +37,7 @@ var apis = map[int16]versions{
 	kmsg.ListOffsets.Int16():      {1, 7},
 
 	kmsg.ConsumerGroupHeartbeat.Int16(): {0, 1},
-	kmsg.ConsumerGroupDescribe.Int16():  {0, 0},
+	kmsg.ConsumerGroupDescribe.Int16():  {0, 1},
 }
 
 // apiKeys is the ApiVersions answer's list, sorted by key.

@@ -118,6 +118,7 @@ func (c *call) consumerGroupDescribe(ctx context.Context, r *kmsg.ConsumerGroupD
 				dm.MemberID = m.ID
 			}
 			dm.MemberEpoch, dm.ClientID, dm.ClientHost, dm.SubscribedTopics = m.Epoch, m.ClientID, m.ClientHost, m.Topics
+			dm.MemberType = consumerMemberType // v1; a member of a consumer group always joined with ConsumerGroupHeartbeat
 			if m.Regex != "" {
 				dm.SubscribedTopicRegex = ptr(m.Regex)
 			}

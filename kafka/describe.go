@@ -42,6 +42,14 @@ func (c *call) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsRequest
 				resp.Groups = append(resp.Groups, g)
 				continue
 			}
+			if d.GetState() == fsm.Dead.String() && r.GetVersion() >= 6 {
+				// KIP-1043: from v6 a group that does not exist is an
+				// error, not a Dead group with no members.
+				g := kmsg.NewDescribeGroupsResponseGroup()
+				g.Group, g.State, g.ErrorCode, g.ErrorMessage = d.GetGroupId(), d.GetState(), kerr.GroupIDNotFound.Code, ptr("group "+d.GetGroupId()+" not found")
+				resp.Groups = append(resp.Groups, g)
+				continue
+			}
 			resp.Groups = append(resp.Groups, describedGroup(d, reveal))
 		}
 		if out.GetNextPageToken() == "" {
@@ -106,6 +114,10 @@ const (
 	classicGroupType  = "classic"
 	consumerGroupType = "consumer"
 )
+
+// consumerMemberType is ConsumerGroupDescribe v1's member type of a member
+// that joined with ConsumerGroupHeartbeat (KIP-1099: 0 is classic).
+const consumerMemberType = 1
 
 // typesFilter is a ListGroups types filter (v5) as Kafka reads one: case
 // does not matter, and a type Cohort has no group of (share, streams, a

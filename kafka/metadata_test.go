@@ -109,7 +109,7 @@ func partitionCounts(resp *kmsg.MetadataResponse) map[string]string {
 func TestMetadata_KeptAnswersAreExactAndNeverStale(t *testing.T) {
 	m := newMetadataServer(t, rpc.Security{})
 	m.createTopic("orders", 8)
-	for v := int16(0); v <= 12; v++ {
+	for v := int16(0); v <= apis[kmsg.Metadata.Int16()].max; v++ {
 		for _, topics := range [][]string{{"orders"}, {"orders", "missing"}, nil} {
 			if v == 0 && topics == nil {
 				topics = []string{} // v0 asks for all topics with an empty list
