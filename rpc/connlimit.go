@@ -16,6 +16,10 @@ import (
 // handshake, so that no stranger can hold more than the bound of
 // goroutines and buffers (the Raft port and the Kafka listener have the
 // same bound). A connection keeps its slot until gRPC closes it.
+//
+// gRPC sets TCP_USER_TIMEOUT only on a bare *net.TCPConn, so it is not set
+// on these wrapped connections; the keepalive pings (Limits.KeepaliveTime
+// and KeepaliveTimeout) still close a connection whose peer is gone.
 type ConnLimiter struct {
 	net.Listener
 	max     int64
