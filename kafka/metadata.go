@@ -135,6 +135,7 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	allowed := c.authorize(cohortv1.Topics_ListTopics_FullMethodName, &cohortv1.ListTopicsRequest{}) == nil
 	all := r.Topics == nil || (r.GetVersion() == 0 && len(r.Topics) == 0)
 	var known []fsm.TopicPartitionCount
+	var byID []kmsg.MetadataResponseTopic // topics asked for by an ID no name answers
 	s.cfg.FSM.Read(func(st *fsm.State) {
 		if all {
 			if allowed {
@@ -143,10 +144,26 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			return
 		}
 		seen := make(map[string]bool, len(r.Topics))
+		var names map[[16]byte]string
 		for _, t := range r.Topics {
 			name := ""
 			if t.Topic != nil {
 				name = *t.Topic
+			} else if t.TopicID != ([16]byte{}) {
+				// Asked by ID (v10+, as clients resolve the IDs of
+				// OffsetFetch v10 answers): answered by name when a topic
+				// has it and the caller may list topics.
+				if names == nil && allowed {
+					names = make(map[[16]byte]string)
+					for _, k := range st.Topics() {
+						names[TopicID(k.Name)] = k.Name
+					}
+				}
+				var ok bool
+				if name, ok = names[t.TopicID]; !ok {
+					byID = append(byID, unknownTopicID(t.TopicID, allowed))
+					continue
+				}
 			}
 			if seen[name] {
 				continue // answered once, as Kafka does
@@ -156,6 +173,12 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			known = append(known, fsm.TopicPartitionCount{Name: name, Partitions: n})
 		}
 	})
+	if len(byID) > 0 { // rare: not kept
+		resp := buildMetadata(brokers, controller, allowed, known)
+		resp.Topics = append(resp.Topics, byID...)
+		resp.SetVersion(r.GetVersion())
+		return resp
+	}
 	key := metadataKey(r.GetVersion(), allowed, controller, brokers, known)
 	body, ok := s.meta.get(key)
 	if !ok {
@@ -165,6 +188,17 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 		s.meta.put(key, body)
 	}
 	return &encodedMetadata{MetadataResponse: kmsg.NewPtrMetadataResponse(), body: body}
+}
+
+// unknownTopicID is the answer for a topic asked for by an ID that no
+// topic has, or that the caller may not resolve: the ID, no name.
+func unknownTopicID(id [16]byte, allowed bool) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	mt.TopicID, mt.ErrorCode = id, kerr.UnknownTopicID.Code
+	if !allowed {
+		mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
+	}
+	return mt
 }
 
 // buildMetadata is the answer naming brokers, controller and known topics

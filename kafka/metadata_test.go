@@ -194,6 +194,34 @@ func TestMetadata_KeptAnswersFollowTheCallersRight(t *testing.T) {
 	}
 }
 
+// A topic asked for by ID is named only to a caller that may list topics:
+// anyone else gets TOPIC_AUTHORIZATION_FAILED and the ID alone, not the
+// name an ID would otherwise reveal.
+func TestMetadata_TopicByIDNamedOnlyToCallersWhoMayList(t *testing.T) {
+	m := newMetadataServer(t, rpc.Security{Tokens: appTokens(t)})
+	m.createTopic("orders", 4)
+	askByID := func(p auth.Principal) kmsg.MetadataResponseTopic {
+		req := kmsg.NewPtrMetadataRequest()
+		req.SetVersion(12)
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.TopicID = TopicID("orders")
+		req.Topics = []kmsg.MetadataRequestTopic{rt}
+		c := &call{s: m.s, c: &conn{principal: p}}
+		resp := kmsg.NewPtrMetadataResponse()
+		resp.SetVersion(12)
+		if err := resp.ReadFrom(c.metadata(req).AppendTo(nil)); err != nil || len(resp.Topics) != 1 {
+			t.Fatalf("Metadata by ID: %v, %d topics", err, len(resp.Topics))
+		}
+		return resp.Topics[0]
+	}
+	if mt := askByID(auth.Principal{Role: auth.RoleClient, Name: "app"}); mt.Topic == nil || *mt.Topic != "orders" || len(mt.Partitions) != 4 {
+		t.Errorf("a client asking by orders' ID: %+v, want orders with 4 partitions", mt)
+	}
+	if mt := askByID(auth.Principal{}); mt.Topic != nil || mt.ErrorCode != kerr.TopicAuthorizationFailed.Code || mt.TopicID != TopicID("orders") {
+		t.Errorf("an anonymous caller asking by orders' ID: %+v, want TOPIC_AUTHORIZATION_FAILED, the ID, no name", mt)
+	}
+}
+
 // Building the Metadata answer of a 1,000-partition topic against
 // serving it from the cache, as a thousand consumers ask after a
 // rebalance.

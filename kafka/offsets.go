@@ -15,31 +15,53 @@ func (c *call) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 	if r.GetVersion() < 1 {
 		req.Generation = -1
 	}
-	for _, t := range r.Topics {
+	// From v10 topics are named by ID; one no topic has is answered
+	// UNKNOWN_TOPIC_ID and not committed.
+	byID := r.GetVersion() >= 10
+	names := make([]string, len(r.Topics))
+	var ids map[[16]byte]string
+	if byID {
+		ids = c.s.topicNames()
+	}
+	for i, t := range r.Topics {
+		names[i] = t.Topic
+		if byID {
+			names[i] = ids[t.TopicID]
+		}
+		if byID && names[i] == "" {
+			continue
+		}
 		for _, p := range t.Partitions {
-			req.Offsets = append(req.Offsets, &cohortv1.OffsetCommitPartition{Topic: t.Topic, Partition: p.Partition, Offset: p.Offset, Metadata: optional(p.Metadata)})
+			req.Offsets = append(req.Offsets, &cohortv1.OffsetCommitPartition{Topic: names[i], Partition: p.Partition, Offset: p.Offset, Metadata: optional(p.Metadata)})
 		}
 	}
 	var out *cohortv1.OffsetCommitResponse
 	var whole int16
 	if err := c.authorize(cohortv1.GroupCoordinator_OffsetCommit_FullMethodName, req); err != nil {
 		whole = kerr.GroupAuthorizationFailed.Code
+	} else if len(req.Offsets) == 0 && byID {
+		// every topic unknown: nothing to commit
 	} else if out, err = c.s.cfg.Engine.OffsetCommit(ctx, req); err != nil {
 		whole = kafkaCode(err)
 	}
 	// The engine answers each partition in the order asked.
 	results := out.GetPartitions()
 	i := 0
-	for _, t := range r.Topics {
+	for ti, t := range r.Topics {
 		rt := kmsg.NewOffsetCommitResponseTopic()
-		rt.Topic = t.Topic
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition, rp.ErrorCode = p.Partition, whole
-			if whole == 0 {
+			switch {
+			case names[ti] == "":
+				rp.ErrorCode = kerr.UnknownTopicID.Code
+			case whole == 0:
 				rp.ErrorCode = nthCode(results, i)
+				i++
+			default:
+				i++
 			}
-			i++
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
@@ -72,15 +94,64 @@ func (c *call) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 		}
 		return resp
 	}
+	var ids map[[16]byte]string
+	if r.GetVersion() >= 10 {
+		ids = c.s.topicNames()
+	}
 	seen := make(map[string]bool, len(r.Groups))
 	for _, rg := range r.Groups {
 		if seen[rg.Group] {
 			continue // answered once: a group's offsets may be most of the state
 		}
 		seen[rg.Group] = true
-		resp.Groups = append(resp.Groups, c.fetchGroup(ctx, rg.Group, rg.Topics, rg.Topics == nil))
+		if ids == nil {
+			resp.Groups = append(resp.Groups, c.fetchGroup(ctx, rg.Group, rg.Topics, rg.Topics == nil))
+			continue
+		}
+		resp.Groups = append(resp.Groups, c.fetchGroupByID(ctx, rg, ids))
 	}
 	return resp
+}
+
+// fetchGroupByID is fetchGroup from v10, where topics are named by ID: a
+// topic asked for that no topic has is answered UNKNOWN_TOPIC_ID, and
+// offsets of a topic no longer in the registry are left out of a whole
+// group's (their topic has no ID a client could look up).
+func (c *call) fetchGroupByID(ctx context.Context, rg kmsg.OffsetFetchRequestGroup, ids map[[16]byte]string) kmsg.OffsetFetchResponseGroup {
+	var known []kmsg.OffsetFetchRequestGroupTopic
+	var unknown []kmsg.OffsetFetchResponseGroupTopic
+	for _, t := range rg.Topics {
+		if name, ok := ids[t.TopicID]; ok {
+			t.Topic = name
+			known = append(known, t)
+			continue
+		}
+		ut := kmsg.NewOffsetFetchResponseGroupTopic()
+		ut.TopicID = t.TopicID
+		for _, p := range t.Partitions {
+			up := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+			up.Partition, up.Offset, up.LeaderEpoch, up.ErrorCode = p, -1, -1, kerr.UnknownTopicID.Code
+			ut.Partitions = append(ut.Partitions, up)
+		}
+		unknown = append(unknown, ut)
+	}
+	g := kmsg.NewOffsetFetchResponseGroup()
+	g.Group = rg.Group
+	if all := rg.Topics == nil; all || len(known) > 0 {
+		g = c.fetchGroup(ctx, rg.Group, known, all)
+	}
+	if g.ErrorCode != 0 {
+		return g
+	}
+	topics := g.Topics[:0]
+	for _, t := range g.Topics {
+		t.TopicID = TopicID(t.Topic)
+		if _, ok := ids[t.TopicID]; ok {
+			topics = append(topics, t)
+		}
+	}
+	g.Topics = append(topics, unknown...)
+	return g
 }
 
 // fetchGroup reads one group's committed offsets: every one when all,

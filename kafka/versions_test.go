@@ -18,6 +18,10 @@ import (
 //   - FindCoordinator v6: a share-group key (type 2) is refused as any
 //     other type than a group's; group keys name the leader.
 //   - Metadata v13 (KIP-1102): no top-level error.
+//   - OffsetCommit and OffsetFetch v10 (Kafka 4.1, KIP-848): topics by ID;
+//     one no topic has is UNKNOWN_TOPIC_ID, the others are committed and
+//     fetched as by name. Metadata answers a topic asked for by ID (how
+//     clients name the topics of an OffsetFetch v10 answer).
 func TestNewestVersions_AnsweredAsKafkaFourAnswers(t *testing.T) {
 	c := startAuditCluster(t)
 	r := dial(t, c.KafkaAddr(0))
@@ -71,5 +75,58 @@ func TestNewestVersions_AnsweredAsKafkaFourAnswers(t *testing.T) {
 	mr := r.do(md).(*kmsg.MetadataResponse)
 	if mr.ErrorCode != 0 || len(mr.Topics) != 1 || len(mr.Topics[0].Partitions) != 4 {
 		t.Errorf("Metadata v13 of orders: error %d, %d topics; want no error and orders' 4 partitions", mr.ErrorCode, len(mr.Topics))
+	}
+
+	// A standalone commit (generation -1) by ID, beside an ID no topic has.
+	orders, missing := kafka.TopicID("orders"), kafka.TopicID("missing")
+	byID := kmsg.NewPtrMetadataRequest()
+	byID.SetVersion(12)
+	for _, id := range [][16]byte{orders, missing} {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.TopicID = id
+		byID.Topics = append(byID.Topics, mt)
+	}
+	if mts := r.do(byID).(*kmsg.MetadataResponse).Topics; len(mts) != 2 || mts[0].Topic == nil || *mts[0].Topic != "orders" || mts[0].TopicID != orders ||
+		len(mts[0].Partitions) != 4 || mts[1].TopicID != missing || mts[1].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Errorf("Metadata by the IDs of orders and of no topic: %+v, want orders (4 partitions) and UNKNOWN_TOPIC_ID", mts)
+	}
+	oc := kmsg.NewPtrOffsetCommitRequest()
+	oc.SetVersion(10)
+	oc.Group, oc.Generation = "by-id", -1
+	for _, id := range [][16]byte{orders, missing} {
+		ot := kmsg.NewOffsetCommitRequestTopic()
+		ot.TopicID = id
+		op := kmsg.NewOffsetCommitRequestTopicPartition()
+		op.Partition, op.Offset = 2, 42
+		ot.Partitions = append(ot.Partitions, op)
+		oc.Topics = append(oc.Topics, ot)
+	}
+	ts := r.do(oc).(*kmsg.OffsetCommitResponse).Topics
+	if len(ts) != 2 || ts[0].TopicID != orders || ts[0].Partitions[0].ErrorCode != 0 || ts[1].TopicID != missing || ts[1].Partitions[0].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Fatalf("OffsetCommit v10: %+v, want orders committed and the unknown ID UNKNOWN_TOPIC_ID", ts)
+	}
+	fetch := func(topics ...[16]byte) []kmsg.OffsetFetchResponseGroupTopic {
+		of := kmsg.NewPtrOffsetFetchRequest()
+		of.SetVersion(10)
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group = "by-id"
+		for _, id := range topics {
+			ft := kmsg.NewOffsetFetchRequestGroupTopic()
+			ft.TopicID, ft.Partitions = id, []int32{2}
+			g.Topics = append(g.Topics, ft)
+		}
+		of.Groups = []kmsg.OffsetFetchRequestGroup{g}
+		gs := r.do(of).(*kmsg.OffsetFetchResponse).Groups
+		if len(gs) != 1 || gs[0].ErrorCode != 0 {
+			t.Fatalf("OffsetFetch v10 of %v: %+v", topics, gs)
+		}
+		return gs[0].Topics
+	}
+	if ft := fetch(orders, missing); len(ft) != 2 || ft[0].TopicID != orders || ft[0].Partitions[0].Offset != 42 ||
+		ft[1].TopicID != missing || ft[1].Partitions[0].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Errorf("OffsetFetch v10 of orders and an unknown ID: %+v, want 42 and UNKNOWN_TOPIC_ID", ft)
+	}
+	if ft := fetch(); len(ft) != 1 || ft[0].TopicID != orders || len(ft[0].Partitions) != 1 || ft[0].Partitions[0].Offset != 42 {
+		t.Errorf("OffsetFetch v10 of the whole group: %+v, want orders' partition 2 at 42, by ID", ft)
 	}
 }
