@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 
@@ -219,6 +220,30 @@ func TestMetadata_TopicByIDNamedOnlyToCallersWhoMayList(t *testing.T) {
 	}
 	if mt := askByID(auth.Principal{}); mt.Topic != nil || mt.ErrorCode != kerr.TopicAuthorizationFailed.Code || mt.TopicID != TopicID("orders") {
 		t.Errorf("an anonymous caller asking by orders' ID: %+v, want TOPIC_AUTHORIZATION_FAILED, the ID, no name", mt)
+	}
+}
+
+// DeleteTopics v6 by ID from a caller that may not delete topics: refused,
+// with the ID alone (the name is not revealed), and nothing deleted.
+func TestDeleteTopics_ByIDRefusedWithoutTheName(t *testing.T) {
+	m := newMetadataServer(t, rpc.Security{Tokens: appTokens(t)})
+	m.createTopic("orders", 4)
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.SetVersion(6)
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.TopicID = TopicID("orders")
+	req.Topics = []kmsg.DeleteTopicsRequestTopic{dt}
+	for _, p := range []auth.Principal{{}, {Role: auth.RoleClient, Name: "app"}} {
+		c := &call{s: m.s, c: &conn{principal: p}}
+		ts := c.deleteTopics(context.Background(), req).(*kmsg.DeleteTopicsResponse).Topics
+		if len(ts) != 1 || ts[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || ts[0].Topic != nil || ts[0].TopicID != TopicID("orders") {
+			t.Errorf("%v deleting orders by ID: %+v, want TOPIC_AUTHORIZATION_FAILED with the ID alone", p, ts)
+		}
+	}
+	var n int32
+	m.fsm.Read(func(s *fsm.State) { n, _ = s.Partitions("orders") })
+	if n != 4 {
+		t.Errorf("orders has %d partitions after refused deletes, want 4", n)
 	}
 }
 

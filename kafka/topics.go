@@ -66,19 +66,57 @@ func (c *call) partitions(topic string) (int32, bool) { return c.s.topicPartitio
 
 func (c *call) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) kmsg.Response {
 	resp := kmsg.NewPtrDeleteTopicsResponse()
-	for _, name := range r.TopicNames {
+	if r.GetVersion() < 6 {
+		for _, name := range r.TopicNames {
+			resp.Topics = append(resp.Topics, c.deleteTopic(ctx, name))
+		}
+		return resp
+	}
+	// From v6 a topic is named, or given by ID.
+	var ids map[[16]byte]string
+	for _, t := range r.Topics {
+		if t.Topic != nil {
+			rt := c.deleteTopic(ctx, *t.Topic)
+			if rt.ErrorCode == 0 {
+				rt.TopicID = TopicID(*t.Topic)
+			}
+			resp.Topics = append(resp.Topics, rt)
+			continue
+		}
+		if ids == nil {
+			ids = c.s.topicNames()
+		}
+		name, ok := ids[t.TopicID]
 		rt := kmsg.NewDeleteTopicsResponseTopic()
-		rt.Topic = ptr(name)
-		var err error
-		if c.authorize(cohortv1.Topics_DeleteTopic_FullMethodName, &cohortv1.DeleteTopicRequest{Name: name}) != nil {
-			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
-		} else {
-			err = c.s.cfg.Engine.DeleteTopic(ctx, name)
-			rt.ErrorCode, rt.ErrorMessage = adminCode(err), errMessage(err)
+		rt.TopicID = t.TopicID
+		switch {
+		case !ok:
+			rt.ErrorCode, rt.ErrorMessage = kerr.UnknownTopicID.Code, ptr("no topic has this ID")
+		default:
+			// The name only to a caller that may delete it: an ID must not
+			// reveal a name to anyone else.
+			if named := c.deleteTopic(ctx, name); named.ErrorCode != kerr.TopicAuthorizationFailed.Code {
+				rt.Topic, rt.ErrorCode, rt.ErrorMessage = named.Topic, named.ErrorCode, named.ErrorMessage
+			} else {
+				rt.ErrorCode = named.ErrorCode
+			}
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// deleteTopic deletes one topic by name, if the caller may.
+func (c *call) deleteTopic(ctx context.Context, name string) kmsg.DeleteTopicsResponseTopic {
+	rt := kmsg.NewDeleteTopicsResponseTopic()
+	rt.Topic = ptr(name)
+	if c.authorize(cohortv1.Topics_DeleteTopic_FullMethodName, &cohortv1.DeleteTopicRequest{Name: name}) != nil {
+		rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
+		return rt
+	}
+	err := c.s.cfg.Engine.DeleteTopic(ctx, name)
+	rt.ErrorCode, rt.ErrorMessage = adminCode(err), errMessage(err)
+	return rt
 }
 
 func (c *call) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsRequest) kmsg.Response {

@@ -1,11 +1,15 @@
 package kafka_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cohortlabs/cohort/fsm"
+	"github.com/cohortlabs/cohort/internal/testcluster"
 	"github.com/cohortlabs/cohort/kafka"
 )
 
@@ -22,6 +26,8 @@ import (
 //     one no topic has is UNKNOWN_TOPIC_ID, the others are committed and
 //     fetched as by name. Metadata answers a topic asked for by ID (how
 //     clients name the topics of an OffsetFetch v10 answer).
+//   - DeleteGroups v3: a refused group says why. DeleteTopics v6: topics by
+//     name or ID; an ID no topic has is UNKNOWN_TOPIC_ID.
 func TestNewestVersions_AnsweredAsKafkaFourAnswers(t *testing.T) {
 	c := startAuditCluster(t)
 	r := dial(t, c.KafkaAddr(0))
@@ -129,4 +135,36 @@ func TestNewestVersions_AnsweredAsKafkaFourAnswers(t *testing.T) {
 	if ft := fetch(); len(ft) != 1 || ft[0].TopicID != orders || len(ft[0].Partitions) != 1 || ft[0].Partitions[0].Offset != 42 {
 		t.Errorf("OffsetFetch v10 of the whole group: %+v, want orders' partition 2 at 42, by ID", ft)
 	}
+
+	dg := kmsg.NewPtrDeleteGroupsRequest()
+	dg.SetVersion(3)
+	dg.Groups = []string{"nope"}
+	if gs := r.do(dg).(*kmsg.DeleteGroupsResponse).Groups; len(gs) != 1 || gs[0].ErrorCode != kerr.GroupIDNotFound.Code || gs[0].ErrorMessage == nil {
+		t.Errorf("DeleteGroups v3 of an unknown group: %+v, want GROUP_ID_NOT_FOUND with a message", gs)
+	}
+
+	for _, name := range []string{"doomed-by-name", "doomed-by-id"} {
+		ct := kmsg.NewPtrCreateTopicsRequest()
+		ct.SetVersion(7)
+		ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: name, NumPartitions: 1, ReplicationFactor: -1}}
+		if code := r.do(ct).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode; code != 0 {
+			t.Fatalf("create %s: %v", name, kerr.ErrorForCode(code))
+		}
+	}
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.SetVersion(6)
+	for _, tt := range []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("doomed-by-name")}, {TopicID: kafka.TopicID("doomed-by-id")}, {TopicID: missing}} {
+		dt.Topics = append(dt.Topics, tt)
+	}
+	dts := r.do(dt).(*kmsg.DeleteTopicsResponse).Topics
+	if len(dts) != 3 || dts[0].ErrorCode != 0 || dts[0].TopicID != kafka.TopicID("doomed-by-name") ||
+		dts[1].ErrorCode != 0 || dts[1].Topic == nil || *dts[1].Topic != "doomed-by-id" ||
+		dts[2].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Fatalf("DeleteTopics v6 by name, by ID and by an unknown ID: %+v", dts)
+	}
+	testcluster.WaitFor(t, 10*time.Second, "both doomed topics gone", func() (bool, string) {
+		var a, b bool
+		c.Nodes[0].FSM.Read(func(s *fsm.State) { _, a = s.Partitions("doomed-by-name"); _, b = s.Partitions("doomed-by-id") })
+		return !a && !b, fmt.Sprintf("by name still there: %v, by ID: %v", a, b)
+	})
 }
