@@ -153,9 +153,7 @@ func TestNewestVersions_AnsweredAsKafkaFourAnswers(t *testing.T) {
 	}
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.SetVersion(6)
-	for _, tt := range []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("doomed-by-name")}, {TopicID: kafka.TopicID("doomed-by-id")}, {TopicID: missing}} {
-		dt.Topics = append(dt.Topics, tt)
-	}
+	dt.Topics = []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("doomed-by-name")}, {TopicID: kafka.TopicID("doomed-by-id")}, {TopicID: missing}}
 	dts := r.do(dt).(*kmsg.DeleteTopicsResponse).Topics
 	if len(dts) != 3 || dts[0].ErrorCode != 0 || dts[0].TopicID != kafka.TopicID("doomed-by-name") ||
 		dts[1].ErrorCode != 0 || dts[1].Topic == nil || *dts[1].Topic != "doomed-by-id" ||
