@@ -45,10 +45,10 @@ func (c *call) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGroup
 		hb.HasRegex, hb.SubscribedTopicRegex = true, *r.SubscribedTopicRegex
 	}
 	if r.Topics != nil {
-		names := c.s.topicNames()
+		names := topicResolver{s: c.s}
 		hb.HasOwned = true
 		for _, t := range r.Topics {
-			if name, ok := names[t.TopicID]; ok {
+			if name, ok := names.name(t.TopicID); ok {
 				hb.Owned = append(hb.Owned, &fsmv1.TopicPartitions{Topic: name, Partitions: t.Partitions})
 			}
 		}

@@ -41,18 +41,57 @@ func TopicID(name string) [16]byte {
 	id := [16]byte(sum[:16])
 	if topicIDCount.Add(1) <= maxCachedTopicIDs {
 		topicIDs.Store(name, id)
+		topicNamesByID.Store(id, name)
 	}
 	return id
 }
 
-// The topic ID cache, bounded by the topic budget's default (a name no
-// longer in the registry keeps its entry; past the bound IDs are computed
-// each time).
+// The topic ID cache, both ways, bounded by the topic budget's default (a
+// name no longer in the registry keeps its entry; past the bound IDs are
+// computed each time).
 var (
-	topicIDs          sync.Map
+	topicIDs          sync.Map // name → ID
+	topicNamesByID    sync.Map // ID → name
 	topicIDCount      atomic.Int64
 	maxCachedTopicIDs = int64(fsm.DefaultBudgets().Topics)
 )
+
+// cachedTopicName is the name of the topic whose ID is id, if TopicID has
+// computed it; whether that topic still exists is the caller's to check.
+func cachedTopicName(id [16]byte) (string, bool) {
+	if v, ok := topicNamesByID.Load(id); ok {
+		return v.(string), true
+	}
+	return "", false
+}
+
+// topicResolver names the topics one request gives by ID (OffsetCommit and
+// OffsetFetch v10, DeleteTopics v6, ConsumerGroupHeartbeat): first from
+// the IDs already computed (every Metadata answer computes its topics'),
+// checked against the registry; an ID not found there costs one scan of
+// the registry, once per request. A request of many unknown IDs so costs
+// one scan, not one per ID.
+type topicResolver struct {
+	s       *Server
+	scanned map[[16]byte]string
+}
+
+func (r *topicResolver) name(id [16]byte) (string, bool) {
+	if r.scanned == nil {
+		if name, ok := cachedTopicName(id); ok && r.s.hasTopic(name) {
+			return name, true
+		}
+		r.scanned = r.s.topicNames()
+	}
+	name, ok := r.scanned[id]
+	return name, ok
+}
+
+// hasTopic reports whether the registry has the topic.
+func (s *Server) hasTopic(name string) (ok bool) {
+	s.cfg.FSM.Read(func(st *fsm.State) { _, ok = st.Partitions(name) })
+	return ok
+}
 
 // broker is a registered broker, its address split for the wire.
 type broker struct {
@@ -153,14 +192,20 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 				// Asked by ID (v10+, as clients resolve the IDs of
 				// OffsetFetch v10 answers): answered by name when a topic
 				// has it and the caller may list topics.
-				if names == nil && allowed {
-					names = make(map[[16]byte]string)
-					for _, k := range st.Topics() {
-						names[TopicID(k.Name)] = k.Name
-					}
-				}
 				var ok bool
-				if name, ok = names[t.TopicID]; !ok {
+				if name, ok = cachedTopicName(t.TopicID); ok && allowed {
+					_, ok = st.Partitions(name)
+				}
+				if !ok && allowed {
+					if names == nil { // once per request
+						names = make(map[[16]byte]string)
+						for _, k := range st.Topics() {
+							names[TopicID(k.Name)] = k.Name
+						}
+					}
+					name, ok = names[t.TopicID]
+				}
+				if !ok || !allowed {
 					byID = append(byID, unknownTopicID(t.TopicID, allowed))
 					continue
 				}

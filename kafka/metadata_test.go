@@ -223,6 +223,31 @@ func TestMetadata_TopicByIDNamedOnlyToCallersWhoMayList(t *testing.T) {
 	}
 }
 
+// A topic ID names its topic while the topic exists, whether its ID was
+// computed before (the cache) or not: a deleted topic's ID names nothing,
+// and the ID of a topic created again names it again.
+func TestTopicResolver_FollowsTheRegistry(t *testing.T) {
+	m := newMetadataServer(t, rpc.Security{})
+	m.createTopic("orders", 4)
+	id := TopicID("orders")
+	fresh := [16]byte{0xff, 1, 2, 3} // an ID no name was seen with
+	r := topicResolver{s: m.s}
+	if name, ok := r.name(id); !ok || name != "orders" {
+		t.Fatalf("orders' ID names %q (%v), want orders", name, ok)
+	}
+	if name, ok := r.name(fresh); ok {
+		t.Fatalf("an unknown ID names %q", name)
+	}
+	m.apply(&fsmv1.Command{Kind: &fsmv1.Command_DeleteTopic{DeleteTopic: &fsmv1.DeleteTopic{Name: "orders"}}})
+	if name, ok := (&topicResolver{s: m.s}).name(id); ok {
+		t.Fatalf("a deleted topic's ID names %q", name)
+	}
+	m.createTopic("orders", 2)
+	if name, ok := (&topicResolver{s: m.s}).name(id); !ok || name != "orders" {
+		t.Fatalf("orders created again: its ID names %q (%v), want orders", name, ok)
+	}
+}
+
 // DeleteTopics v6 by ID from a caller that may not delete topics: refused,
 // with the ID alone (the name is not revealed), and nothing deleted.
 func TestDeleteTopics_ByIDRefusedWithoutTheName(t *testing.T) {

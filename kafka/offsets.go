@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cohortlabs/cohort/fsm"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
 )
 
@@ -19,14 +20,11 @@ func (c *call) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 	// UNKNOWN_TOPIC_ID and not committed.
 	byID := r.GetVersion() >= 10
 	names := make([]string, len(r.Topics))
-	var ids map[[16]byte]string
-	if byID {
-		ids = c.s.topicNames()
-	}
+	ids := topicResolver{s: c.s}
 	for i, t := range r.Topics {
 		names[i] = t.Topic
 		if byID {
-			names[i] = ids[t.TopicID]
+			names[i], _ = ids.name(t.TopicID)
 		}
 		if byID && names[i] == "" {
 			continue
@@ -94,21 +92,18 @@ func (c *call) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 		}
 		return resp
 	}
-	var ids map[[16]byte]string
-	if r.GetVersion() >= 10 {
-		ids = c.s.topicNames()
-	}
+	ids := topicResolver{s: c.s}
 	seen := make(map[string]bool, len(r.Groups))
 	for _, rg := range r.Groups {
 		if seen[rg.Group] {
 			continue // answered once: a group's offsets may be most of the state
 		}
 		seen[rg.Group] = true
-		if ids == nil {
+		if r.GetVersion() < 10 {
 			resp.Groups = append(resp.Groups, c.fetchGroup(ctx, rg.Group, rg.Topics, rg.Topics == nil))
 			continue
 		}
-		resp.Groups = append(resp.Groups, c.fetchGroupByID(ctx, rg, ids))
+		resp.Groups = append(resp.Groups, c.fetchGroupByID(ctx, rg, &ids))
 	}
 	return resp
 }
@@ -117,11 +112,11 @@ func (c *call) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 // topic asked for that no topic has is answered UNKNOWN_TOPIC_ID, and
 // offsets of a topic no longer in the registry are left out of a whole
 // group's (their topic has no ID a client could look up).
-func (c *call) fetchGroupByID(ctx context.Context, rg kmsg.OffsetFetchRequestGroup, ids map[[16]byte]string) kmsg.OffsetFetchResponseGroup {
+func (c *call) fetchGroupByID(ctx context.Context, rg kmsg.OffsetFetchRequestGroup, ids *topicResolver) kmsg.OffsetFetchResponseGroup {
 	var known []kmsg.OffsetFetchRequestGroupTopic
 	var unknown []kmsg.OffsetFetchResponseGroupTopic
 	for _, t := range rg.Topics {
-		if name, ok := ids[t.TopicID]; ok {
+		if name, ok := ids.name(t.TopicID); ok {
 			t.Topic = name
 			known = append(known, t)
 			continue
@@ -144,12 +139,14 @@ func (c *call) fetchGroupByID(ctx context.Context, rg kmsg.OffsetFetchRequestGro
 		return g
 	}
 	topics := g.Topics[:0]
-	for _, t := range g.Topics {
-		t.TopicID = TopicID(t.Topic)
-		if _, ok := ids[t.TopicID]; ok {
-			topics = append(topics, t)
+	c.s.cfg.FSM.Read(func(st *fsm.State) {
+		for _, t := range g.Topics {
+			if _, ok := st.Partitions(t.Topic); ok {
+				t.TopicID = TopicID(t.Topic)
+				topics = append(topics, t)
+			}
 		}
-	}
+	})
 	g.Topics = append(topics, unknown...)
 	return g
 }

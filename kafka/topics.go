@@ -73,7 +73,7 @@ func (c *call) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) km
 		return resp
 	}
 	// From v6 a topic is named, or given by ID.
-	var ids map[[16]byte]string
+	ids := topicResolver{s: c.s}
 	for _, t := range r.Topics {
 		if t.Topic != nil {
 			rt := c.deleteTopic(ctx, *t.Topic)
@@ -83,10 +83,7 @@ func (c *call) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) km
 			resp.Topics = append(resp.Topics, rt)
 			continue
 		}
-		if ids == nil {
-			ids = c.s.topicNames()
-		}
-		name, ok := ids[t.TopicID]
+		name, ok := ids.name(t.TopicID)
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.TopicID = t.TopicID
 		switch {
