@@ -346,14 +346,13 @@ var GroupStates = []string{"Empty", "PreparingRebalance", "CompletingRebalance",
 // ListGroups lists groups, optionally only those in the given states, a
 // page at a time in group ID order.
 func (e *Engine) ListGroups(ctx context.Context, r *cohortv1.ListGroupsRequest) (*cohortv1.ListGroupsResponse, error) {
-	known := GroupStates
-	if len(r.GetStates()) > len(known) {
+	if len(r.GetStates()) > len(GroupStates) {
 		// Each group is matched against the filter under the state's read
 		// lock: a filter of a million repeats would hold it that long.
-		return nil, invalid("states names %d states; there are %d", len(r.GetStates()), len(known))
+		return nil, invalid("states names %d states; there are %d", len(r.GetStates()), len(GroupStates))
 	}
 	for _, st := range r.GetStates() {
-		if !slices.Contains(known, st) {
+		if !slices.Contains(GroupStates, st) {
 			return nil, invalid("states has %q; the states are Empty, PreparingRebalance, CompletingRebalance, Stable and (consumer groups) Reconciling", st)
 		}
 	}
