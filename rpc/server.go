@@ -180,8 +180,11 @@ func NewServer(e *coordinator.Engine, cl *cluster.Cluster, sec Security, log *sl
 // of every request (before a follower forwards it), then forwarding.
 func (s *Server) ServerOptions(limits Limits) []grpc.ServerOption {
 	opts := append(limits.ServerOptions(), s.security.ServerOptions()...)
+	if s.security.Enforced() {
+		// Only where it can refuse: an open node's calls need no credential.
+		opts = append(opts, grpc.InTapHandle(s.Authz.Tap))
+	}
 	return append(opts,
-		grpc.InTapHandle(s.Authz.Tap),
 		grpc.ChainUnaryInterceptor(s.Metrics.UnaryServerInterceptor(), s.Authz.UnaryInterceptor, UTF8UnaryInterceptor, s.Forwarder.UnaryInterceptor),
 		grpc.ChainStreamInterceptor(s.Metrics.StreamServerInterceptor(), s.Authz.StreamInterceptor, UTF8StreamInterceptor, s.Forwarder.StreamInterceptor),
 	)
