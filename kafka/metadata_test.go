@@ -248,6 +248,26 @@ func TestTopicResolver_FollowsTheRegistry(t *testing.T) {
 	}
 }
 
+// OffsetFetch v10 of topic IDs no topic has, from a caller that may not
+// read the group's offsets: GROUP_AUTHORIZATION_FAILED, not which IDs
+// name nothing.
+func TestOffsetFetch_ByUnknownIDAuthorizedFirst(t *testing.T) {
+	m := newMetadataServer(t, rpc.Security{Tokens: appTokens(t)})
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.SetVersion(10)
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group = "g"
+	ft := kmsg.NewOffsetFetchRequestGroupTopic()
+	ft.TopicID, ft.Partitions = [16]byte{0xff, 1}, []int32{0}
+	g.Topics = []kmsg.OffsetFetchRequestGroupTopic{ft}
+	req.Groups = []kmsg.OffsetFetchRequestGroup{g}
+	c := &call{s: m.s, c: &conn{}}
+	gs := c.offsetFetch(context.Background(), req).(*kmsg.OffsetFetchResponse).Groups
+	if len(gs) != 1 || gs[0].ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Errorf("an anonymous OffsetFetch v10 of an unknown ID: %+v, want GROUP_AUTHORIZATION_FAILED", gs)
+	}
+}
+
 // DeleteTopics v6 by ID from a caller that may not delete topics: refused,
 // with the ID alone (the name is not revealed), and nothing deleted.
 func TestDeleteTopics_ByIDRefusedWithoutTheName(t *testing.T) {

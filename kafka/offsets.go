@@ -52,7 +52,7 @@ func (c *call) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition, rp.ErrorCode = p.Partition, whole
 			switch {
-			case names[ti] == "":
+			case byID && names[ti] == "":
 				rp.ErrorCode = kerr.UnknownTopicID.Code
 			case whole == 0:
 				rp.ErrorCode = nthCode(results, i)
@@ -134,6 +134,8 @@ func (c *call) fetchGroupByID(ctx context.Context, rg kmsg.OffsetFetchRequestGro
 	g.Group = rg.Group
 	if all := rg.Topics == nil; all || len(known) > 0 {
 		g = c.fetchGroup(ctx, rg.Group, known, all)
+	} else if c.authorize(cohortv1.GroupCoordinator_OffsetFetch_FullMethodName, &cohortv1.OffsetFetchRequest{GroupId: rg.Group}) != nil {
+		g.ErrorCode = kerr.GroupAuthorizationFailed.Code // before saying which IDs name nothing
 	}
 	if g.ErrorCode != 0 {
 		return g
