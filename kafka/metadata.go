@@ -56,17 +56,9 @@ var (
 	maxCachedTopicIDs = int64(fsm.DefaultBudgets().Topics)
 )
 
-// cachedTopicName is the name of the topic whose ID is id, if TopicID has
-// computed it; whether that topic still exists is the caller's to check.
-func cachedTopicName(id [16]byte) (string, bool) {
-	if v, ok := topicNamesByID.Load(id); ok {
-		return v.(string), true
-	}
-	return "", false
-}
-
-// topicResolver names the topics one request gives by ID (OffsetCommit and
-// OffsetFetch v10, DeleteTopics v6, ConsumerGroupHeartbeat): first from
+// topicResolver names the topics one request gives by ID (Metadata and
+// OffsetCommit and OffsetFetch v10, DeleteTopics v6,
+// ConsumerGroupHeartbeat): first from
 // the IDs already computed (every Metadata answer computes its topics'),
 // checked against the registry; an ID not found there costs one scan of
 // the registry, once per request. A request of many unknown IDs so costs
@@ -78,8 +70,8 @@ type topicResolver struct {
 
 func (r *topicResolver) name(id [16]byte) (string, bool) {
 	if r.scanned == nil {
-		if name, ok := cachedTopicName(id); ok && r.s.hasTopic(name) {
-			return name, true
+		if v, ok := topicNamesByID.Load(id); ok && r.s.hasTopic(v.(string)) {
+			return v.(string), true
 		}
 		r.scanned = r.s.topicNames()
 	}
@@ -175,6 +167,23 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	all := r.Topics == nil || (r.GetVersion() == 0 && len(r.Topics) == 0)
 	var known []fsm.TopicPartitionCount
 	var byID []kmsg.MetadataResponseTopic // topics asked for by an ID no name answers
+	// Topics asked for by ID (v10+, as clients resolve the IDs of
+	// OffsetFetch v10 answers) are named only to a caller that may list
+	// topics.
+	var idNames map[[16]byte]string
+	if allowed && !all {
+		ids := topicResolver{s: s}
+		for _, t := range r.Topics {
+			if t.Topic == nil && t.TopicID != ([16]byte{}) {
+				if name, ok := ids.name(t.TopicID); ok {
+					if idNames == nil {
+						idNames = make(map[[16]byte]string)
+					}
+					idNames[t.TopicID] = name
+				}
+			}
+		}
+	}
 	s.cfg.FSM.Read(func(st *fsm.State) {
 		if all {
 			if allowed {
@@ -183,29 +192,13 @@ func (c *call) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			return
 		}
 		seen := make(map[string]bool, len(r.Topics))
-		var names map[[16]byte]string
 		for _, t := range r.Topics {
 			name := ""
 			if t.Topic != nil {
 				name = *t.Topic
 			} else if t.TopicID != ([16]byte{}) {
-				// Asked by ID (v10+, as clients resolve the IDs of
-				// OffsetFetch v10 answers): answered by name when a topic
-				// has it and the caller may list topics.
 				var ok bool
-				if name, ok = cachedTopicName(t.TopicID); ok && allowed {
-					_, ok = st.Partitions(name)
-				}
-				if !ok && allowed {
-					if names == nil { // once per request
-						names = make(map[[16]byte]string)
-						for _, k := range st.Topics() {
-							names[TopicID(k.Name)] = k.Name
-						}
-					}
-					name, ok = names[t.TopicID]
-				}
-				if !ok || !allowed {
+				if name, ok = idNames[t.TopicID]; !ok {
 					byID = append(byID, unknownTopicID(t.TopicID, allowed))
 					continue
 				}
