@@ -201,8 +201,13 @@ func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, 
 		a.tapRefused.Inc()
 		return ctx, needsCredential(info.FullMethodName)
 	}
-	return ctx, nil
+	// Kept for the interceptor (direct), so a call's credential is read
+	// once: the tap's context is the call's.
+	return context.WithValue(ctx, tappedKey{}, p), nil
 }
+
+// tappedKey holds, in a call's context, the principal Tap found.
+type tappedKey struct{}
 
 func (a *Authorizer) check(ctx context.Context, method string, req any) (context.Context, error) {
 	if !a.sec.Enforced() {
@@ -292,6 +297,9 @@ func (a *Authorizer) authenticate(ctx context.Context) (context.Context, error) 
 // known is refused rather than treated as anonymous, so that a typo is
 // reported as such.
 func (a *Authorizer) direct(ctx context.Context) (auth.Principal, error) {
+	if p, ok := ctx.Value(tappedKey{}).(auth.Principal); ok {
+		return p, nil
+	}
 	if pr, ok := peer.FromContext(ctx); ok {
 		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
 			p, err := auth.FromCertificate(ti.State.VerifiedChains[0][0])
