@@ -115,10 +115,11 @@ func TestTap_CallsWithoutCredentialRefusedBeforeTheirMessage(t *testing.T) {
 	}
 }
 
-// closedBy reports whether the server closed c (EOF or reset) within
+// ClosedBy reports whether the server closed c (EOF or reset) within
 // wait; false when c is still open. What the server sends first (its
-// HTTP/2 settings) is read and dropped.
-func closedBy(c net.Conn, wait time.Duration) bool {
+// HTTP/2 settings) is read and dropped. Exported for the package's
+// external tests.
+func ClosedBy(c net.Conn, wait time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(wait))
 	buf := make([]byte, 512)
 	for {
@@ -153,7 +154,7 @@ func TestConnLimiter_ClosesConnectionsOverTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer over.Close()
-	if !closedBy(over, 5*time.Second) {
+	if !ClosedBy(over, 5*time.Second) {
 		t.Fatal("a third connection with a bound of 2 was kept open")
 	}
 	if cl.Refused() != 1 || cl.Open() != 2 {
@@ -185,7 +186,7 @@ func TestHandshakeTimeout_ClosesSilentConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	if !closedBy(silent, 5*time.Second) {
+	if !ClosedBy(silent, 5*time.Second) {
 		t.Fatal("a connection that sent nothing was still open 5 s after a 200 ms handshake timeout")
 	}
 	proc.WaitFor(t, 10*time.Second, "the silent connection's slot to be given back", func() (bool, string) {
