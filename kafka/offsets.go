@@ -35,12 +35,16 @@ func (c *call) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 	}
 	var out *cohortv1.OffsetCommitResponse
 	var whole int16
-	if err := c.authorize(cohortv1.GroupCoordinator_OffsetCommit_FullMethodName, req); err != nil {
+	switch {
+	case c.authorize(cohortv1.GroupCoordinator_OffsetCommit_FullMethodName, req) != nil:
 		whole = kerr.GroupAuthorizationFailed.Code
-	} else if len(req.Offsets) == 0 && byID {
+	case byID && len(req.Offsets) == 0:
 		// every topic unknown: nothing to commit
-	} else if out, err = c.s.cfg.Engine.OffsetCommit(ctx, req); err != nil {
-		whole = kafkaCode(err)
+	default:
+		var err error
+		if out, err = c.s.cfg.Engine.OffsetCommit(ctx, req); err != nil {
+			whole = kafkaCode(err)
+		}
 	}
 	// The engine answers each partition in the order asked.
 	results := out.GetPartitions()
