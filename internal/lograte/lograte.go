@@ -22,7 +22,7 @@ type Limiter struct {
 func (l *Limiter) Allow() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now := time.Now(); l.last.IsZero() || now.Sub(l.last) >= Interval {
+	if now := time.Now(); now.Sub(l.last) >= Interval { // the zero time is long past
 		l.last = now
 		return true
 	}
