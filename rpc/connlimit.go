@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,22 +18,26 @@ import (
 // goroutines and buffers (the Raft port and the Kafka listener have the
 // same bound). A connection keeps its slot until gRPC closes it.
 //
-// gRPC sets TCP_USER_TIMEOUT only on a bare *net.TCPConn, so it is not set
-// on these wrapped connections; the keepalive pings (Limits.KeepaliveTime
-// and KeepaliveTimeout) still close a connection whose peer is gone.
+// gRPC sets TCP_USER_TIMEOUT (data unacknowledged for its keepalive
+// timeout closes the connection) only on a bare *net.TCPConn, which these
+// wrapped connections are not; the limiter sets it on each connection it
+// accepts instead, to Limits.KeepaliveTimeout as gRPC would.
 type ConnLimiter struct {
 	net.Listener
-	max     int64
-	open    atomic.Int64
-	refused atomic.Int64
-	warn    lograte.Limiter
-	log     *slog.Logger
-	metrics []prometheus.Collector
+	max         int64
+	userTimeout time.Duration
+	open        atomic.Int64
+	refused     atomic.Int64
+	warn        lograte.Limiter
+	log         *slog.Logger
+	metrics     []prometheus.Collector
 }
 
-// LimitConnections wraps lis so that at most max connections are open.
-func LimitConnections(lis net.Listener, max int, log *slog.Logger) *ConnLimiter {
-	l := &ConnLimiter{Listener: lis, max: int64(max), log: log}
+// LimitConnections wraps lis so that at most limits.MaxConnections
+// connections are open, each with TCP_USER_TIMEOUT set to
+// limits.KeepaliveTimeout.
+func LimitConnections(lis net.Listener, limits Limits, log *slog.Logger) *ConnLimiter {
+	l := &ConnLimiter{Listener: lis, max: int64(limits.MaxConnections), userTimeout: limits.KeepaliveTimeout, log: log}
 	l.metrics = []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cohort_grpc_connections_refused_total",
@@ -61,6 +66,14 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 				l.log.Warn("grpc connection refused: too many open connections (--grpc-max-conns)",
 					"remote_address", c.RemoteAddr().String(), "max_conns", l.max, "refused_total", n)
 			}
+			continue
+		}
+		if err := setUserTimeout(c, l.userTimeout); err != nil {
+			// As gRPC does when it cannot set the option: the connection
+			// is not served.
+			l.open.Add(-1)
+			_ = c.Close()
+			l.log.Warn("grpc connection closed: cannot set TCP_USER_TIMEOUT", "remote_address", c.RemoteAddr().String(), "error", err)
 			continue
 		}
 		return &limitedConn{Conn: c, l: l}, nil

@@ -36,7 +36,7 @@ func serveAPI(t *testing.T, sec Security, limits Limits) (string, *Server, *Conn
 	api := NewServer(nil, nil, sec, slog.New(slog.DiscardHandler))
 	gs := grpc.NewServer(api.ServerOptions(limits)...)
 	api.Register(gs)
-	cl := LimitConnections(lis, limits.MaxConnections, slog.New(slog.DiscardHandler))
+	cl := LimitConnections(lis, limits, slog.New(slog.DiscardHandler))
 	go func() { _ = gs.Serve(cl) }()
 	t.Cleanup(gs.Stop)
 	return lis.Addr().String(), api, cl

@@ -164,7 +164,7 @@ func Start(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		Node: node, Cluster: cl, FSM: f, Engine: engine, API: api, GRPC: gs, Health: api.Health, Kafka: ks,
-		peers: peers, log: log, lis: rpc.LimitConnections(cfg.GRPCListener, cfg.GRPC.MaxConnections, log), cancel: cancel, serveErr: make(chan error, 1),
+		peers: peers, log: log, lis: rpc.LimitConnections(cfg.GRPCListener, cfg.GRPC, log), cancel: cancel, serveErr: make(chan error, 1),
 	}
 	sub := node.SubscribeLeadership()
 	leading := make(chan bool)
