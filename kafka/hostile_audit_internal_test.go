@@ -375,3 +375,87 @@ func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
 		t.Fatalf("refused requests: %v, want 1", got)
 	}
 }
+
+// TestHostile_AnonymousRequestsFitTheFirstChunk: on a node that enforces
+// authorization, a connection that has not authenticated may send
+// requests of at most the first chunk (4 KiB), what ApiVersions, a SASL
+// exchange and the brokers' Metadata need. A larger one is refused from
+// its 4-byte size, before any of its body is read (before, it was read
+// whole, up to 16 MiB, and decoded up to 24 times larger), and the
+// connection closed. The same request is served once the connection has
+// authenticated, and on an open node.
+func TestHostile_AnonymousRequestsFitTheFirstChunk(t *testing.T) {
+	large := kmsg.NewPtrMetadataRequest()
+	large.SetVersion(4)
+	for i := range 400 {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(fmt.Sprintf("a-topic-of-a-large-ask-%05d", i))
+		large.Topics = append(large.Topics, rt)
+	}
+	frame := pipeFrame(large, 9)
+	if len(frame)-4 <= frameChunk {
+		t.Fatalf("the request is %d bytes, not over the %d-byte chunk", len(frame)-4, frameChunk)
+	}
+	small := func(t *testing.T, c net.Conn) {
+		t.Helper()
+		av := kmsg.NewPtrApiVersionsRequest()
+		av.SetVersion(0)
+		resp := kmsg.NewPtrApiVersionsResponse()
+		pipeAsk(t, c, 1, av, resp)
+		if resp.ErrorCode != 0 || len(resp.ApiKeys) == 0 {
+			t.Fatalf("ApiVersions: error %d, %d APIs", resp.ErrorCode, len(resp.ApiKeys))
+		}
+	}
+
+	sec := rpc.Security{Tokens: appTokens(t)}
+	s := newConnServer(t, Config{Security: sec})
+	s.authz = rpc.NewAuthorizer(sec)
+
+	t.Run("anonymous", func(t *testing.T) {
+		before := testutil.ToFloat64(s.m.refusedRequests)
+		c := pipeConn(t, s)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		small(t, c)
+		// Only the size: the node must decide without the body.
+		if _, err := c.Write(frame[:4]); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Fatalf("after announcing %d bytes unauthenticated: read %d bytes, %v; want the connection closed at once", len(frame)-4, n, err)
+		}
+		if got := testutil.ToFloat64(s.m.refusedRequests) - before; got != 1 {
+			t.Fatalf("refused requests counted %v, want 1", got)
+		}
+	})
+	t.Run("authenticated", func(t *testing.T) {
+		c := pipeConn(t, s)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.SetVersion(1)
+		hs.Mechanism = mechOAuthBearer
+		pipeAsk(t, c, 1, hs, kmsg.NewPtrSASLHandshakeResponse())
+		au := kmsg.NewPtrSASLAuthenticateRequest()
+		au.SetVersion(1)
+		au.SASLAuthBytes = []byte("n,,\x01auth=Bearer " + appToken + "\x01\x01")
+		auResp := kmsg.NewPtrSASLAuthenticateResponse()
+		pipeAsk(t, c, 2, au, auResp)
+		if auResp.ErrorCode != 0 {
+			t.Fatalf("OAUTHBEARER: %v", kerr.ErrorForCode(auResp.ErrorCode))
+		}
+		resp := kmsg.NewPtrMetadataResponse()
+		pipeAsk(t, c, 3, large, resp)
+		if len(resp.Topics) != len(large.Topics) {
+			t.Fatalf("authenticated: Metadata of %d topics answered %d", len(large.Topics), len(resp.Topics))
+		}
+		small(t, c)
+	})
+	t.Run("open node", func(t *testing.T) {
+		c := pipeConn(t, newConnServer(t, Config{}))
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		resp := kmsg.NewPtrMetadataResponse()
+		pipeAsk(t, c, 1, large, resp)
+		if len(resp.Topics) != len(large.Topics) {
+			t.Fatalf("open node: Metadata of %d topics answered %d", len(large.Topics), len(resp.Topics))
+		}
+	})
+}

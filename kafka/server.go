@@ -126,8 +126,9 @@ type Server struct {
 	// buffer past the first chunk before reading into it, and gives all
 	// back once its answer is written.
 	inFlight *semaphore.Weighted
-	// refusedWarn spaces the warnings about refused connections.
-	refusedWarn lograte.Limiter
+	// refusedWarn spaces the warnings about refused connections,
+	// anonWarn those about anonymous requests over the first chunk.
+	refusedWarn, anonWarn lograte.Limiter
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -310,6 +311,14 @@ func (s *Server) serveConn(nc net.Conn) {
 			s.log.Warn("kafka request refused: its size is out of range; closing the connection", "remote", nc.RemoteAddr(), "size", n, "max", s.cfg.MaxRequestBytes)
 			return
 		}
+		if int(n) > frameChunk && s.cfg.Security.Enforced() && c.principal.Anonymous() {
+			s.m.refusedRequests.Inc()
+			if s.anonWarn.Allow() {
+				s.log.Warn("kafka request refused: over the first chunk before the connection authenticated; closing the connection (a warning at most every 10 s)",
+					"remote", nc.RemoteAddr(), "size", n, "max_unauthenticated", frameChunk)
+			}
+			return
+		}
 		if !s.serveRequest(c, r, w, int(n)) {
 			return
 		}
@@ -389,6 +398,14 @@ func (s *Server) release(n int64) {
 // listener's in-flight bytes: a consumer's heartbeats, commits, joins and
 // followers' syncs are hundreds of bytes, while 10,000 connections' first
 // chunks, decoded (up to 24 times larger, docs/kafka.md), stay under 1 GiB.
+//
+// It is also the largest request of a connection that has not
+// authenticated, on a node that enforces authorization (as Kafka bounds
+// requests before SASL with sasl.server.max.receive.size): what an
+// anonymous caller may ask (ApiVersions, a SASL exchange, the brokers,
+// a coordinator) fits in it, and a larger request is refused from its
+// size alone. So strangers never take from the in-flight bytes, which
+// decoded would be up to 24 times larger (16 requests of 16 MiB: 6 GiB).
 const frameChunk = 4 << 10
 
 // errNoRoom ends the read of a request that found no room in the
