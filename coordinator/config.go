@@ -92,6 +92,10 @@ type Config struct {
 	// Tick is how often deadlines are checked: the precision of session
 	// expiry and rebalance timeouts (default 50 ms).
 	Tick time.Duration
+	// JoinHold is the longest a known member's rejoin into a rebalancing
+	// group is held before it goes to the log, so that a round's rejoins
+	// share a few entries (coalesce.go; default 25 ms). Zero holds none.
+	JoinHold time.Duration
 	// BarrierTimeout bounds one attempt at the leadership barrier, and each
 	// command the engine proposes on its own (expiry, join completion,
 	// retention sweep) (default 30 s).
@@ -139,6 +143,7 @@ func DefaultConfig() Config {
 		MinSessionTimeout:             6 * time.Second,
 		MaxSessionTimeout:             30 * time.Minute,
 		Tick:                          50 * time.Millisecond,
+		JoinHold:                      25 * time.Millisecond,
 		BarrierTimeout:                30 * time.Second,
 		OffsetsRetention:              7 * 24 * time.Hour,
 		OffsetsRetentionCheckInterval: 10 * time.Minute,
@@ -162,6 +167,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator: session timeout bounds [%v, %v] are not a valid range", c.MinSessionTimeout, c.MaxSessionTimeout)
 	case c.Tick <= 0:
 		return fmt.Errorf("coordinator: tick %v must be positive", c.Tick)
+	case c.JoinHold < 0:
+		return fmt.Errorf("coordinator: join hold %v is negative", c.JoinHold)
 	case c.BarrierTimeout <= 0:
 		return fmt.Errorf("coordinator: barrier timeout %v must be positive", c.BarrierTimeout)
 	case c.OffsetsRetention < time.Millisecond || c.OffsetsRetentionCheckInterval <= 0:

@@ -389,6 +389,17 @@ func (e *Engine) expire(ctx context.Context, group string, members []string) {
 
 // completeJoin proposes the end of a join phase on timeout or initial delay.
 func (e *Engine) completeJoin(ctx context.Context, group string, generation int32, initialDelay bool) {
+	if e.commits.sendHeld(group) {
+		// Rejoins of the group are held or on their way to the log: the
+		// completion waits for them (the next tick), or it would drop
+		// members that did rejoin.
+		e.mu.Lock()
+		if t := e.rebalances[group]; t != nil && t.generation == generation {
+			t.firing = false
+		}
+		e.mu.Unlock()
+		return
+	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.BarrierTimeout)
 	defer cancel()
 	res, err := e.propose(actx, &fsmv1.Command{Kind: &fsmv1.Command_CompleteJoin{CompleteJoin: &fsmv1.CompleteJoin{

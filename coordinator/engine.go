@@ -104,7 +104,7 @@ func New(cfg Config, r Raft, f *fsm.FSM) (*Engine, error) {
 		m:     newMetrics(),
 	}
 	e.reads.raft = r
-	e.commits = &committer{e: e, queue: make(chan *commitRequest, 4*maxCommitBatch)}
+	e.commits = &committer{e: e, queue: make(chan *commitRequest, 4*maxCommitBatch), held: map[string][]*commitRequest{}, joining: map[string]int{}}
 	e.applied = newAppliedQueue()
 	f.Observe(e.applied.push)
 	e.resetLocked()

@@ -188,6 +188,9 @@ func (g *Group) AllJoined() bool {
 	return g.ix.joined == g.Members.Len()
 }
 
+// Joined is how many members have joined the current round.
+func (g *Group) Joined() int { return g.ix.joined }
+
 // JoinOrder returns the members in the order they joined the current round;
 // members that did not join come last, by member ID.
 func (g *Group) JoinOrder() []*Member {
