@@ -48,7 +48,7 @@ type commitRequest struct {
 	size int // encoded size of cmd
 	done chan commitResult
 	// group is a JoinMember's group: counted in committer.joining from
-	// the moment it is queued until its result is sent.
+	// the moment it is queued until its entry is applied (or fails).
 	group string
 	// queued is when submit queued it; picked when a proposer took it.
 	queued, picked time.Time
@@ -69,7 +69,8 @@ type committer struct {
 	mu sync.Mutex
 	// held are the rejoins held back, by group (holdJoin).
 	held map[string][]*commitRequest
-	// joining counts each group's joins queued or being proposed.
+	// joining counts each group's joins queued or being proposed, not yet
+	// applied.
 	joining map[string]int
 }
 
@@ -158,7 +159,8 @@ func (c *committer) propose(batch []*commitRequest) {
 		if r.ctx.Err() == nil {
 			live = append(live, r)
 		} else {
-			c.reply(r, commitResult{err: r.ctx.Err()})
+			c.finished(r)
+			r.done <- commitResult{err: r.ctx.Err()}
 		}
 	}
 	if len(live) == 0 {
@@ -166,7 +168,8 @@ func (c *committer) propose(batch []*commitRequest) {
 	}
 	if len(live) == 1 {
 		res, err := c.e.propose(live[0].ctx, live[0].cmd)
-		c.reply(live[0], commitResult{res: res, err: err, applied: time.Now()})
+		c.finished(live[0])
+		live[0].done <- commitResult{res: res, err: err, applied: time.Now()}
 		return
 	}
 	// The batch waits as long as its most patient caller.
@@ -190,6 +193,11 @@ func (c *committer) propose(batch []*commitRequest) {
 		b.Commands = append(b.Commands, r.cmd)
 	}
 	res, err := c.e.propose(ctx, &fsmv1.Command{Kind: &fsmv1.Command_Batch{Batch: b}})
+	for _, r := range live {
+		// Applied (or failed): the FSM's joined count has them now, so
+		// they no longer count as on their way (holdJoin).
+		c.finished(r)
+	}
 	if err == nil && hasMembershipChange(live) && c.e.isServing() {
 		// As propose does for a command alone: a join's caller acts on
 		// an engine in line with its entry (sessions, deadlines).
@@ -199,11 +207,11 @@ func (c *committer) propose(batch []*commitRequest) {
 	for i, r := range live {
 		switch {
 		case err != nil:
-			c.reply(r, commitResult{err: err})
+			r.done <- commitResult{err: err}
 		case res.Err != nil:
-			c.reply(r, commitResult{err: res.Err})
+			r.done <- commitResult{err: res.Err}
 		default:
-			c.reply(r, commitResult{res: res.Batch[i], applied: applied})
+			r.done <- commitResult{res: res.Batch[i], applied: applied}
 		}
 	}
 	c.e.m.commitBatch.Observe(float64(len(live)))
@@ -219,12 +227,8 @@ func hasMembershipChange(batch []*commitRequest) bool {
 	return false
 }
 
-// reply sends a request its result; a join stops counting as on its way.
-func (c *committer) reply(r *commitRequest, res commitResult) {
-	r.done <- res
-	c.finished(r)
-}
-
+// finished stops counting a join as on its way to the log: its entry was
+// applied, or it never will be.
 func (c *committer) finished(r *commitRequest) {
 	if r.group == "" {
 		return
