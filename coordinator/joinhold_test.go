@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -128,7 +129,10 @@ func TestJoinHold_HeldRejoinsAreNeverLostOrLate(t *testing.T) {
 // that is applied, the others rejoin, each once.
 func rejoin(t *testing.T, first *member, others ...*member) {
 	t.Helper()
-	ctx := testCtx(t)
+	// A join left held past the round waits for this (a test's 60 s is
+	// longer than a mutant needs).
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- first.tryJoin(ctx) }()
 	time.Sleep(100 * time.Millisecond) // time passes: first's join is applied, the group rebalances
