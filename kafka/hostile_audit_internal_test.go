@@ -219,13 +219,7 @@ func TestHostile_FailedSASLAuthenticationClosesTheConnection(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("the right token: %v, want no error", kerr.ErrorForCode(code))
 	}
-	av := kmsg.NewPtrApiVersionsRequest()
-	av.SetVersion(0)
-	avResp := kmsg.NewPtrApiVersionsResponse()
-	pipeAsk(t, c, 3, av, avResp)
-	if avResp.ErrorCode != 0 || len(avResp.ApiKeys) == 0 {
-		t.Fatalf("ApiVersions after authenticating: error %d, %d APIs; want the connection serving", avResp.ErrorCode, len(avResp.ApiKeys))
-	}
+	pipeServing(t, c, 3, "after authenticating")
 }
 
 // TestReadFrame_EveryByteOfLargeRequests: a body read in growing chunks is
@@ -264,14 +258,8 @@ func TestHostile_LargeRequestIsServed(t *testing.T) {
 	s := newConnServer(t, Config{})
 	c := pipeConn(t, s)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	md := kmsg.NewPtrMetadataRequest()
-	md.SetVersion(4)
 	const topics = 4000 // 4,000 names of 24 bytes or more: over 100 KiB
-	for i := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(fmt.Sprintf("a-topic-of-a-large-ask-%05d", i))
-		md.Topics = append(md.Topics, rt)
-	}
+	md := metadataOf(topics, "a-topic-of-a-large-ask-%05d")
 	if size := len(kmsg.NewRequestFormatter().AppendRequest(nil, md, 1)); size <= frameChunk {
 		t.Fatalf("the request is %d bytes, not over the %d-byte chunk", size, frameChunk)
 	}
@@ -280,13 +268,7 @@ func TestHostile_LargeRequestIsServed(t *testing.T) {
 	if len(resp.Topics) != topics || *resp.Topics[topics-1].Topic != "a-topic-of-a-large-ask-03999" {
 		t.Fatalf("Metadata of %d topics answered %d", topics, len(resp.Topics))
 	}
-	av := kmsg.NewPtrApiVersionsRequest()
-	av.SetVersion(0)
-	avResp := kmsg.NewPtrApiVersionsResponse()
-	pipeAsk(t, c, 2, av, avResp)
-	if avResp.ErrorCode != 0 || len(avResp.ApiKeys) == 0 {
-		t.Fatalf("ApiVersions after the large request: error %d, %d APIs", avResp.ErrorCode, len(avResp.ApiKeys))
-	}
+	pipeServing(t, c, 2, "after the large request")
 }
 
 // TestHostile_RequestBytesInFlightAreBounded: the large requests of all
@@ -323,19 +305,11 @@ func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
 	// b's small request is answered.
 	b := pipeConn(t, s)
 	_ = b.SetDeadline(time.Now().Add(10 * time.Second))
-	av := kmsg.NewPtrApiVersionsRequest()
-	av.SetVersion(0)
-	pipeAsk(t, b, 1, av, kmsg.NewPtrApiVersionsResponse())
+	pipeServing(t, b, 1, "beside a large request")
 
 	// c's large one needs more than the chunk left: it is not answered
 	// while a holds its bytes, and is once a's connection goes.
-	md := kmsg.NewPtrMetadataRequest()
-	md.SetVersion(4)
-	for i := range 3000 {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(fmt.Sprintf("%070d", i))
-		md.Topics = append(md.Topics, rt)
-	}
+	md := metadataOf(3000, "%070d")
 	if n := len(pipeFrame(md, 1)); n < 3*frameChunk || n > limit {
 		t.Fatalf("Metadata is %d bytes, want between 3 chunks and 1 MiB", n)
 	}
@@ -366,7 +340,7 @@ func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
 	}
 	d := pipeConn(t, s2)
 	_ = d.SetDeadline(time.Now().Add(10 * time.Second))
-	pipeAsk(t, d, 1, av, kmsg.NewPtrApiVersionsResponse())
+	pipeServing(t, d, 1, "with no room")
 	go func() { _, _ = d.Write(pipeFrame(md, 2)) }() // the server stops reading it
 	if n, err := d.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("a large request with no room for the request timeout: read %d bytes, %v; want the connection closed", n, err)
@@ -385,26 +359,10 @@ func TestHostile_RequestBytesInFlightAreBounded(t *testing.T) {
 // connection closed. The same request is served once the connection has
 // authenticated, and on an open node.
 func TestHostile_AnonymousRequestsFitTheFirstChunk(t *testing.T) {
-	large := kmsg.NewPtrMetadataRequest()
-	large.SetVersion(4)
-	for i := range 400 {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(fmt.Sprintf("a-topic-of-a-large-ask-%05d", i))
-		large.Topics = append(large.Topics, rt)
-	}
+	large := metadataOf(400, "a-topic-of-a-large-ask-%05d")
 	frame := pipeFrame(large, 9)
 	if len(frame)-4 <= frameChunk {
 		t.Fatalf("the request is %d bytes, not over the %d-byte chunk", len(frame)-4, frameChunk)
-	}
-	small := func(t *testing.T, c net.Conn) {
-		t.Helper()
-		av := kmsg.NewPtrApiVersionsRequest()
-		av.SetVersion(0)
-		resp := kmsg.NewPtrApiVersionsResponse()
-		pipeAsk(t, c, 1, av, resp)
-		if resp.ErrorCode != 0 || len(resp.ApiKeys) == 0 {
-			t.Fatalf("ApiVersions: error %d, %d APIs", resp.ErrorCode, len(resp.ApiKeys))
-		}
 	}
 
 	sec := rpc.Security{Tokens: appTokens(t)}
@@ -415,7 +373,7 @@ func TestHostile_AnonymousRequestsFitTheFirstChunk(t *testing.T) {
 		before := testutil.ToFloat64(s.m.refusedRequests)
 		c := pipeConn(t, s)
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		small(t, c)
+		pipeServing(t, c, 1, "unauthenticated")
 		// Only the size: the node must decide without the body.
 		if _, err := c.Write(frame[:4]); err != nil {
 			t.Fatal(err)
@@ -447,7 +405,7 @@ func TestHostile_AnonymousRequestsFitTheFirstChunk(t *testing.T) {
 		if len(resp.Topics) != len(large.Topics) {
 			t.Fatalf("authenticated: Metadata of %d topics answered %d", len(large.Topics), len(resp.Topics))
 		}
-		small(t, c)
+		pipeServing(t, c, 4, "after the large request")
 	})
 	t.Run("open node", func(t *testing.T) {
 		c := pipeConn(t, newConnServer(t, Config{}))
@@ -458,4 +416,30 @@ func TestHostile_AnonymousRequestsFitTheFirstChunk(t *testing.T) {
 			t.Fatalf("open node: Metadata of %d topics answered %d", len(large.Topics), len(resp.Topics))
 		}
 	})
+}
+
+// metadataOf is a Metadata v4 request of n topics, named by format from
+// their number: a request as large as a test needs.
+func metadataOf(n int, format string) *kmsg.MetadataRequest {
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(4)
+	for i := range n {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(fmt.Sprintf(format, i))
+		md.Topics = append(md.Topics, rt)
+	}
+	return md
+}
+
+// pipeServing asks ApiVersions on c and fails the test unless it is
+// answered: the connection serves.
+func pipeServing(t *testing.T, c net.Conn, corr int32, when string) {
+	t.Helper()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(0)
+	resp := kmsg.NewPtrApiVersionsResponse()
+	pipeAsk(t, c, corr, av, resp)
+	if resp.ErrorCode != 0 || len(resp.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions %s: error %d, %d APIs; want the connection serving", when, resp.ErrorCode, len(resp.ApiKeys))
+	}
 }
