@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,12 +22,12 @@ func holdCluster(t *testing.T, hold time.Duration) *testcluster.Cluster {
 }
 
 // A rebalance's rejoins share a few log entries: each known member's
-// rejoin is held back (up to 25 ms, the default) and a group's held rejoins
-// go out together. Forty members rejoining over about 120 ms, as members
-// do when they hear of a rebalance at their next heartbeat, took one entry
-// each before (a join arriving while a proposer is free goes out alone);
-// now they take about one per 25 ms. Every member still gets the one new
-// generation, and the round's assignment is whole.
+// rejoin is held back (here 25 ms, the default) and a group's held rejoins
+// go out together, when the first has waited the hold even though the
+// round still waits for a member. Thirty-nine rejoins 1 ms apart took one
+// entry each before (a join arriving while a proposer is free goes out
+// alone). Every member then gets the one new generation, and the round's
+// assignment is whole.
 func TestJoinHold_ARoundsRejoinsShareAFewEntries(t *testing.T) {
 	c := holdCluster(t, 25*time.Millisecond)
 	ctx := testCtx(t)
@@ -41,27 +42,26 @@ func TestJoinHold_ARoundsRejoinsShareAFewEntries(t *testing.T) {
 	leader := c.Nodes[c.Leader()]
 	before := leader.Node.LastIndex()
 	newcomer := newMember(t, c, "g", "t")
-	joined := make(chan error, 1)
+	joined := make(chan error, n+1)
 	go func() { joined <- newcomer.tryJoin(ctx) }()
-	// The newcomer's join starts the round; the others rejoin 3 ms apart.
-	time.Sleep(50 * time.Millisecond) // time passes: the newcomer's join is applied first
-	err := all(members, "rejoin", func(m *member) error {
-		var i int
-		for i = range members {
-			if members[i] == m {
-				break
-			}
-		}
-		time.Sleep(time.Duration(i) * 3 * time.Millisecond) // time passes: rejoins spread as heartbeats spread them
-		return m.tryJoin(ctx)
-	})
-	if err != nil {
-		t.Fatal(err)
+	waitState(t, ctx, c, "g", "PreparingRebalance")
+	early, last := members[:n-1], members[n-1]
+	for i, m := range early {
+		go func() {
+			time.Sleep(time.Duration(i) * time.Millisecond) // time passes: rejoins spread as heartbeats spread them
+			joined <- m.tryJoin(ctx)
+		}()
 	}
-	if err := <-joined; err != nil {
-		t.Fatal(err)
-	}
+	// Held rejoins reach the log (and park at the barrier) without the
+	// round's last: the hold ends on its own.
+	waitParked(t, c, n)
 	entries := leader.Node.LastIndex() - before
+	go func() { joined <- last.tryJoin(ctx) }()
+	for range n + 1 {
+		if err := <-joined; err != nil {
+			t.Fatal(err)
+		}
+	}
 	everyone := append(members, newcomer)
 	for _, m := range everyone {
 		if m.generation != gen+1 {
@@ -72,61 +72,61 @@ func TestJoinHold_ARoundsRejoinsShareAFewEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAssignment(t, "t", 64, everyone...)
-	// The newcomer's join, the rejoins (~120 ms: about 5 holds) and
-	// nothing else: with one entry per rejoin it was about 40.
-	if entries > 15 {
-		t.Fatalf("the round's %d joins took %d log entries, want at most 15 (rejoins held and sent together)", n+1, entries)
+	// The newcomer's join and the rejoins (~40 ms: two holds or so): with
+	// one entry per rejoin it was 40.
+	if entries > 10 {
+		t.Fatalf("the newcomer's join and %d rejoins took %d log entries, want at most 10 (rejoins held and sent together)", len(early), entries)
 	}
-	t.Logf("%d joins in %d log entries", n+1, entries)
+	t.Logf("the newcomer's join and %d rejoins in %d log entries", len(early), entries)
 }
 
 // The round's last rejoin is never held: held rejoins go out as soon as
-// they are every member the round waits for, so a round completes at once
-// with a hold far longer than any test. And a round that ends at its
-// rebalance timeout sends the rejoins still held first: a member that did
-// rejoin is kept, only the one that did not is dropped.
+// they are every member the round waits for, so with a hold and a
+// rebalance timeout far longer than the test the round still completes.
+// And a round that ends at its rebalance timeout sends the rejoins still
+// held first: a member that did rejoin is kept, only the one that did not
+// is dropped.
 func TestJoinHold_HeldRejoinsAreNeverLostOrLate(t *testing.T) {
 	c := holdCluster(t, time.Hour)
 	ctx := testCtx(t)
-	a, b, d := newMember(t, c, "g", "t"), newMember(t, c, "g", "t"), newMember(t, c, "g", "t")
-	for _, m := range []*member{a, b, d} {
-		m.rebalMs = 1000
-	}
-	rebalance(t, ctx, a, b, d)
-
-	// a changes its subscription: the group rebalances; b and d rejoin.
-	// With the hour's hold, only sending the last rejoin at once (with
-	// those held) completes the round.
 	createTopic(t, c, "u", 4)
-	a.topics = []string{"t", "u"}
-	start := time.Now()
-	rejoin(t, a, b, d)
-	if took := time.Since(start); took > 800*time.Millisecond {
-		t.Fatalf("the round took %v with everyone rejoining: the last rejoin waited (the rebalance timeout is 1 s)", took)
+	trio := func(group string, rebalMs int32) (a, b, d *member) {
+		a, b, d = newMember(t, c, group, "t"), newMember(t, c, group, "t"), newMember(t, c, group, "t")
+		for _, m := range []*member{a, b, d} {
+			m.rebalMs = rebalMs
+		}
+		rebalance(t, ctx, a, b, d)
+		return a, b, d
 	}
+
+	// a changes its subscription: the group rebalances, b and d rejoin.
+	// Only sending the last rejoin at once (with those held) completes the
+	// round: the hold and the rebalance timeout outlast the test.
+	a, b, d := trio("everyone", 10*60*1000)
+	a.topics = []string{"t", "u"}
+	rejoin(t, a, b, d)
 	if a.generation != b.generation || b.generation != d.generation {
 		t.Fatalf("generations %d, %d, %d after one round, want one", a.generation, b.generation, d.generation)
 	}
-	if err := all([]*member{a, b, d}, "sync", func(m *member) error { return m.trySync(ctx) }); err != nil {
-		t.Fatal(err)
-	}
 
-	// Again, and d never rejoins: b's rejoin stays held (one of the two the
-	// round waits for) until the rebalance timeout completes the round.
-	a.topics = []string{"t"}
+	// d never rejoins: b's rejoin stays held (one of the two the round
+	// waits for) until the 1 s rebalance timeout completes the round.
+	a, b, _ = trio("one-missing", 1000)
+	a.topics = []string{"t", "u"}
 	rejoin(t, a, b)
-	got := describe(t, c, c.Leader(), "g")
 	var ids []string
-	for _, m := range got.GetMembers() {
+	for _, m := range describe(t, c, c.Leader(), "one-missing").GetMembers() {
 		ids = append(ids, m.GetMemberId())
 	}
-	if len(ids) != 2 || a.generation != b.generation || fmt.Sprint(ids) != fmt.Sprint(sorted(a.id, b.id)) {
-		t.Fatalf("after the rebalance timeout: members %v, generations %d and %d; want %s and %s at one generation (d dropped)", ids, a.generation, b.generation, a.id, b.id)
+	want := []string{a.id, b.id}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) || a.generation != b.generation {
+		t.Fatalf("after the rebalance timeout: members %v, generations %d and %d; want %v at one generation (d dropped)", ids, a.generation, b.generation, want)
 	}
 }
 
 // rejoin has first join (its new subscription starts the round) and, once
-// that is applied, the others rejoin, each once.
+// the group rebalances, the others rejoin, each once.
 func rejoin(t *testing.T, first *member, others ...*member) {
 	t.Helper()
 	// A join left held past the round waits for this (a test's 60 s is
@@ -135,18 +135,11 @@ func rejoin(t *testing.T, first *member, others ...*member) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- first.tryJoin(ctx) }()
-	time.Sleep(100 * time.Millisecond) // time passes: first's join is applied, the group rebalances
+	waitState(t, ctx, first.c, first.group, "PreparingRebalance")
 	if err := joinAll(ctx, others...); err != nil {
-		t.Fatal(err)
+		t.Fatal(fmt.Errorf("rejoining group %s: %w", first.group, err))
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-}
-
-func sorted(a, b string) []string {
-	if a > b {
-		a, b = b, a
-	}
-	return []string{a, b}
 }
