@@ -138,7 +138,7 @@ func (c *committer) run() {
 				if !ok {
 					break drain
 				}
-				if size+r.size > maxCommitBatchBytes {
+				if !fits(len(batch), size, r) {
 					next = r
 					break drain
 				}
@@ -309,11 +309,17 @@ func (c *committer) sendHeld(group string) bool {
 func (c *committer) send(rs []*commitRequest) {
 	for len(rs) > 0 {
 		n, size := 1, rs[0].size
-		for n < len(rs) && n < maxCommitBatch && size+rs[n].size <= maxCommitBatchBytes {
+		for n < len(rs) && fits(n, size, rs[n]) {
 			size += rs[n].size
 			n++
 		}
 		go c.propose(rs[:n])
 		rs = rs[n:]
 	}
+}
+
+// fits reports whether r may join a batch of n requests and size bytes
+// (maxCommitBatch, maxCommitBatchBytes).
+func fits(n, size int, r *commitRequest) bool {
+	return n < maxCommitBatch && size+r.size <= maxCommitBatchBytes
 }
