@@ -314,7 +314,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		if int(n) > frameChunk && s.cfg.Security.Enforced() && c.principal.Anonymous() {
 			s.m.refusedRequests.Inc()
 			if s.anonWarn.Allow() {
-				s.log.Warn("kafka request refused: over the first chunk before the connection authenticated; closing the connection (a warning at most every 10 s)",
+				s.log.Warn("kafka request refused: larger than an unauthenticated connection may send; the client must log in with SASL or present a client certificate first; closing the connection (a warning at most every 10 s)",
 					"remote", nc.RemoteAddr(), "size", n, "max_unauthenticated", frameChunk)
 			}
 			return
