@@ -16,6 +16,7 @@ import (
 
 	"github.com/cohortlabs/cohort/errcode"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/flowcontrol"
 )
 
 // LeaderHeader is the response metadata key naming the Raft leader's gRPC
@@ -78,6 +79,7 @@ func Dial(cfg ConnConfig) (*Conn, error) {
 	}
 	cfg.Endpoints = slices.Clone(cfg.Endpoints)
 	dial := append(cfg.Credentials.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)))
+	dial = append(dial, flowcontrol.DialOptions()...)
 	dial = append(dial, cfg.DialOptions...)
 	return &Conn{
 		cfg:      cfg,

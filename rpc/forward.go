@@ -97,7 +97,8 @@ func NewForwarder(node Leadership, services, local []string, log *slog.Logger, d
 	// are relayed whole, so they are received up to what a node may send.
 	dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
-	}), clientCallOptions())
+	}))
+	dialOpts = append(dialOpts, clientOptions()...)
 	f := &Forwarder{node: node, services: services, local: map[string]bool{}, dialOpts: dialOpts, log: log, conns: map[string]*grpc.ClientConn{}}
 	for _, m := range local {
 		f.local[m] = true

@@ -237,7 +237,7 @@ func TestForwarder_Unary_RelaysAnswerOver4MiB(t *testing.T) {
 	opts := append(DefaultLimits().ServerOptions(), grpc.UnaryInterceptor(fwd.UnaryInterceptor))
 	followerAddr := serve(t, opts, cohortv1.UnimplementedClusterServiceServer{})
 
-	conn, err := grpc.NewClient(followerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), clientCallOptions())
+	conn, err := grpc.NewClient(followerAddr, append(clientOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/cohortlabs/cohort/internal/flowcontrol"
 )
 
 // Defaults for Limits. gRPC's own receive limit (4 MiB) is smaller than
@@ -128,21 +130,23 @@ func (l Limits) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ServerOptions are the grpc.ServerOptions that apply the limits.
+// ServerOptions are the grpc.ServerOptions that apply the limits, and the
+// flow-control windows every Cohort connection has.
 func (l Limits) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append(flowcontrol.ServerOptions(),
 		grpc.MaxRecvMsgSize(l.MaxRecvBytes),
 		grpc.MaxSendMsgSize(l.MaxSendBytes),
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout, MaxConnectionIdle: l.MaxConnectionIdle}),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
-	}
+	)
 }
 
-// clientCallOptions raise a node's own clients' receive limit to what a
-// node may send (gRPC's default is 4 MiB) and let them send what a node
-// receives.
-func clientCallOptions() grpc.DialOption {
-	return grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxClientRecvBytes), grpc.MaxCallSendMsgSize(math.MaxInt32))
+// clientOptions raise a node's own clients' receive limit to what a node
+// may send (gRPC's default is 4 MiB), let them send what a node receives,
+// and set the flow-control windows every Cohort connection has.
+func clientOptions() []grpc.DialOption {
+	return append(flowcontrol.DialOptions(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxClientRecvBytes), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 }

@@ -36,7 +36,8 @@ func NewPeerClient(sec Security) *PeerClient {
 	// gives up; Limits.KeepaliveMinTime permits pings this often.
 	opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: forwardPingInterval, Timeout: forwardPingTimeout, PermitWithoutStream: true,
-	}), clientCallOptions())
+	}))
+	opts = append(opts, clientOptions()...)
 	return &PeerClient{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/cohortlabs/cohort/auth"
 	"github.com/cohortlabs/cohort/client"
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
+	"github.com/cohortlabs/cohort/internal/flowcontrol"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
@@ -128,8 +129,8 @@ func (g *globals) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) 
 // dial connects to one endpoint (no I/O until the first call) with the
 // credentials of the flags.
 func (g *globals) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, append(g.creds.DialOptions(),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.maxRecv)))...)
+	opts := append(g.creds.DialOptions(), flowcontrol.DialOptions()...)
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.maxRecv)))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
