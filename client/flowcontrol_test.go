@@ -6,7 +6,7 @@ import (
 	"time"
 
 	cohortv1 "github.com/cohortlabs/cohort/gen/cohort/v1"
-	"github.com/cohortlabs/cohort/internal/testcluster"
+	"github.com/cohortlabs/cohort/internal/h2proxy"
 )
 
 // A Conn's connections have static flow-control windows: receiving an
@@ -16,7 +16,7 @@ import (
 func TestConn_SendsNoFlowControlPings(t *testing.T) {
 	const calls = 20
 	node := newFakeCluster(t).node()
-	proxy := testcluster.NewFrameProxy(t, node.addr)
+	proxy := h2proxy.New(t, node.addr)
 	conn, err := Dial(ConnConfig{Endpoints: []string{proxy.Addr}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cohortlabs/cohort/internal/h2proxy"
 	"github.com/cohortlabs/cohort/internal/testcluster"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestNode_SendsNoFlowControlPings(t *testing.T) {
 	const calls = 20
 	c := testcluster.Start(t, 1, testcluster.Options{Coordinator: testcluster.DefaultCoordinator()})
-	proxy := testcluster.NewFrameProxy(t, c.Addr(0))
+	proxy := h2proxy.New(t, c.Addr(0))
 	// A plain gRPC client: what the node does, not what Cohort's clients do.
 	cc, err := grpc.NewClient(proxy.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

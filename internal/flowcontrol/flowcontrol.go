@@ -19,12 +19,13 @@ package flowcontrol
 import "google.golang.org/grpc"
 
 const (
-	// StreamWindow is the bytes one call may have in flight towards its
-	// reader: gRPC's estimate grows to at most 16 MiB, a quarter of which
-	// keeps a long link busy with Cohort's largest answers.
+	// StreamWindow is the bytes one call may have in flight before its
+	// reader asks for more: half the member metadata a JoinGroup answer
+	// may carry (8 MiB), and gRPC widens it for a larger message once the
+	// reader asks for that message.
 	StreamWindow = 4 << 20
 	// ConnWindow is the bytes one connection may have in flight, every
-	// call together: the most gRPC's estimate would reach.
+	// call together: the most gRPC's own estimate would reach.
 	ConnWindow = 16 << 20
 )
 

@@ -1,4 +1,6 @@
-package testcluster
+// Package h2proxy is a loopback TCP proxy for tests that relays plaintext
+// gRPC (HTTP/2) connections and counts the frames each side sent.
+package h2proxy
 
 import (
 	"encoding/binary"
@@ -8,7 +10,7 @@ import (
 	"testing"
 )
 
-// HTTP/2 frame types and flags a FrameProxy counts (RFC 9113, section 6).
+// HTTP/2 frame types and flags a Proxy counts (RFC 9113, section 6).
 const (
 	frameData = 0x0
 	framePing = 0x6
@@ -26,24 +28,23 @@ type FrameCounts struct {
 	Pings int
 }
 
-// FrameProxy is a loopback TCP proxy for tests that relays plaintext gRPC
-// (HTTP/2) connections to one address and counts the frames each side
-// sent.
-type FrameProxy struct {
+// Proxy relays connections to one address and counts the frames each
+// side sent.
+type Proxy struct {
 	Addr string
 
 	mu                     sync.Mutex
 	fromClient, fromServer FrameCounts
 }
 
-// NewFrameProxy relays connections to target until the test ends.
-func NewFrameProxy(t testing.TB, target string) *FrameProxy {
+// New relays connections to target until the test ends.
+func New(t testing.TB, target string) *Proxy {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testcluster: listen: %v", err)
+		t.Fatalf("h2proxy: listen: %v", err)
 	}
-	p := &FrameProxy{Addr: lis.Addr().String()}
+	p := &Proxy{Addr: lis.Addr().String()}
 	var wg sync.WaitGroup
 	var conns []net.Conn
 	var connsMu sync.Mutex
@@ -89,13 +90,13 @@ func NewFrameProxy(t testing.TB, target string) *FrameProxy {
 }
 
 // FromClient and FromServer are the frames counted so far.
-func (p *FrameProxy) FromClient() FrameCounts {
+func (p *Proxy) FromClient() FrameCounts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fromClient
 }
 
-func (p *FrameProxy) FromServer() FrameCounts {
+func (p *Proxy) FromServer() FrameCounts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fromServer
@@ -103,7 +104,7 @@ func (p *FrameProxy) FromServer() FrameCounts {
 
 // relay copies src to dst, counting the frames after the first skip
 // bytes into counts.
-func (p *FrameProxy) relay(dst io.Writer, src io.Reader, counts *FrameCounts, skip int) {
+func (p *Proxy) relay(dst io.Writer, src io.Reader, counts *FrameCounts, skip int) {
 	var pending []byte
 	buf := make([]byte, 32<<10)
 	for {
@@ -126,7 +127,7 @@ func (p *FrameProxy) relay(dst io.Writer, src io.Reader, counts *FrameCounts, sk
 }
 
 // count counts the whole frames at the start of b and returns the rest.
-func (p *FrameProxy) count(b []byte, counts *FrameCounts) []byte {
+func (p *Proxy) count(b []byte, counts *FrameCounts) []byte {
 	for len(b) >= 9 {
 		length := int(b[0])<<16 | int(binary.BigEndian.Uint16(b[1:3]))
 		if len(b) < 9+length {
