@@ -345,11 +345,14 @@ func (w *Groups) incarnate(ctx context.Context, rng *rand.Rand, inc *incarnation
 	}
 	stop()
 	commits.Wait()
+	// The leave is recorded as it starts: the others may rejoin the next
+	// generation before LeaveGroup's answer reaches this member, and the
+	// failover checker explains a generation by churn that began before it.
+	w.event(history.EvMemberLeave, inc.group, inc.instance, inc.name, inc.proc, "")
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	_ = m.Close(cctx)
 	cancel()
 	<-ran
-	w.event(history.EvMemberLeave, inc.group, inc.instance, inc.name, inc.proc, "")
 	return how
 }
 
